@@ -1,0 +1,19 @@
+# Sourced by bin/dev and bin/test: make sure .venv exists and holds requirements-dev.txt.
+# A stamp of the requirement files' hash skips pip when nothing changed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+PYTHON_BIN="${PYTHON:-python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON_BIN" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || { echo "bin: Python 3.11 or newer is needed (found: $($PYTHON_BIN --version 2>&1)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
+  "$PYTHON_BIN" -m venv "$VENV"
+fi
+stamp="$VENV/.requirements.sha256"
+want="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements-dev.txt"
+  echo "$want" > "$stamp"
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+cd "$ROOT"

@@ -1,0 +1,144 @@
+"""The development stack behind bin/dev: servers, migrations and every process, in the foreground.
+
+Embedded PostgreSQL and Valkey keep their data under .data/ between runs (unless
+DATABASE_URL / REDIS_URL name other servers). Each process's lines are prefixed
+with its name. Ctrl-C (or SIGTERM) stops the processes, then the servers.
+Exit codes: 0 stopped cleanly, 1 a process or server failed, 2 bad configuration or busy port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bin.embedded import Postgres, ServerError, Valkey, require_free_port
+from pipeline import migrations, settings as settings_mod
+from pipeline.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / ".data"
+PG_PORT, REDIS_PORT = 55432, 56379
+_print_lock = threading.Lock()
+
+
+def say(name: str, line: str) -> None:
+    with _print_lock:
+        sys.stdout.write(f"{name:<11}| {line}\n")
+        sys.stdout.flush()
+
+
+def _die_with_parent() -> None:
+    # If bin/dev itself is killed, its children get SIGTERM instead of living on.
+    import ctypes
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    os.setsid()
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    process: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                        preexec_fn=_die_with_parent)
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            say(self.name, line.rstrip("\n"))
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, deadline: float) -> None:
+        if not self.process:
+            return
+        try:
+            self.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            say("dev", f"{self.name} did not stop in time; killing it")
+            self.process.kill()
+            self.process.wait()
+
+
+def processes(python: str, cfg, redis_url: str) -> list[Child]:
+    """Every process of the system, as the Procfile runs them."""
+    children = [Child("web", [python, "-m", "gunicorn", "--bind", f"127.0.0.1:{cfg.port}", "--workers", "2",
+                              "--access-logfile", "-", "web:create_app()"])]
+    for queue in ("image", "tts", "bundle"):
+        children.append(Child(f"worker-{queue}", [python, "-m", "pipeline.worker", queue]))
+    if (ROOT / "bin" / "dispatch").exists():
+        children.append(Child("dispatcher", [python, str(ROOT / "bin" / "dispatch")]))
+    if (ROOT / "bin" / "reconcile").exists():
+        children.append(Child("reconciler", [python, str(ROOT / "bin" / "reconcile"), "--loop", "10"]))
+    return children
+
+
+def main(argv: list[str]) -> int:
+    try:
+        cfg = settings_mod.load()
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    pg = valkey = None
+    env = dict(os.environ)
+    children: list[Child] = []
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    try:
+        require_free_port(cfg.port, "the web app", "PORT")
+        if not cfg.database_url:
+            pg = Postgres(DATA / "postgres", PG_PORT)
+            pg.start()
+            env["DATABASE_URL"] = pg.url()
+            say("dev", f"PostgreSQL 18 on 127.0.0.1:{PG_PORT}, data in {pg.data}")
+        if not cfg.redis_url:
+            valkey = Valkey(DATA / "redis", REDIS_PORT)
+            valkey.start()
+            env["REDIS_URL"] = valkey.url()
+            say("dev", f"Valkey on 127.0.0.1:{REDIS_PORT}")
+        env.setdefault("MEDIA_DIR", str(DATA / "media"))
+        env.setdefault("DEMO_MODE", "true")
+        for m in migrations.migrate(env["DATABASE_URL"]):
+            say("dev", f"applied migration {m.version:04d}_{m.name}")
+        children = processes(sys.executable, cfg, env["REDIS_URL"])
+        for child in children:
+            child.start(env)
+        say("dev", f"web on http://127.0.0.1:{cfg.port}/  (Ctrl-C stops everything)")
+        while not stopping.is_set():
+            for child in children:
+                if child.process.poll() is not None:
+                    say("dev", f"{child.name} exited with {child.process.returncode}; stopping the stack")
+                    stopping.set()
+            stopping.wait(0.5)
+        return 0 if all(c.process.poll() is None for c in children) else 1
+    except (ServerError, migrations.MigrationError) as exc:
+        print(f"bin/dev: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        say("dev", "stopping")
+        deadline = time.monotonic() + 15
+        for child in children:
+            child.stop()
+        for child in children:
+            child.wait(deadline)
+        if valkey:
+            valkey.stop()
+        if pg:
+            pg.stop()
+        say("dev", "stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

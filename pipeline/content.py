@@ -1,0 +1,142 @@
+"""Content input: validation and the tasks a version needs. Pure: no I/O.
+
+A content item has a title, a locale, an optional theme and an ordered list of
+blocks (`key`, `text`, optional `image_prompt`). Every block gets an illustration
+(its image prompt, or its text when it has none) and a narration of its text;
+one `bundle` task per version depends on all of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from pipeline.errors import InvalidInput
+from pipeline.fingerprint import digest
+from pipeline.states import TaskKind
+
+MAX_BLOCKS = 100
+MAX_TEXT = 2000
+MAX_PROMPT = 1000
+MAX_TITLE = 200
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+_LOCALE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
+LIMITS = {"blocks": MAX_BLOCKS, "text": MAX_TEXT, "image_prompt": MAX_PROMPT, "title": MAX_TITLE}
+
+
+@dataclass(frozen=True)
+class Block:
+    key: str
+    text: str
+    image_prompt: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "text": self.text, "image_prompt": self.image_prompt}
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A validated save request."""
+
+    title: str
+    locale: str
+    theme: str | None
+    blocks: tuple[Block, ...]
+
+    def as_dict(self) -> dict:
+        return {"title": self.title, "locale": self.locale, "theme": self.theme,
+                "blocks": [b.as_dict() for b in self.blocks]}
+
+    @property
+    def digest(self) -> str:
+        return digest(self.as_dict())
+
+
+def _text(body: Mapping, name: str, limit: int, *, required: bool = True, where: str = "") -> str | None:
+    value = body.get(name)
+    path = f"{where}{name}"
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"{path} is required and must be a string", field=path)
+    value = value.strip()
+    if not value and required:
+        raise InvalidInput(f"{path} must not be empty", field=path)
+    if len(value) > limit:
+        raise InvalidInput(f"{path} is {len(value)} characters; the limit is {limit}", field=path)
+    return value or None
+
+
+def parse_draft(body: Any) -> Draft:
+    """Validate a save request body; raise InvalidInput naming the offending field."""
+    if not isinstance(body, Mapping):
+        raise InvalidInput("the body must be a JSON object", field="body")
+    title = _text(body, "title", MAX_TITLE)
+    locale = _text(body, "locale", 35)
+    if not _LOCALE.match(locale):
+        raise InvalidInput(f"locale {locale!r} is not a language tag such as zh-CN or en-US", field="locale")
+    theme = _text(body, "theme", 100, required=False)
+    raw_blocks = body.get("blocks")
+    if not isinstance(raw_blocks, list) or not raw_blocks:
+        raise InvalidInput("blocks must be a non-empty list", field="blocks")
+    if len(raw_blocks) > MAX_BLOCKS:
+        raise InvalidInput(f"{len(raw_blocks)} blocks; the limit is {MAX_BLOCKS}", field="blocks")
+    blocks, seen = [], set()
+    for i, raw in enumerate(raw_blocks):
+        where = f"blocks[{i}]."
+        if not isinstance(raw, Mapping):
+            raise InvalidInput(f"blocks[{i}] must be an object", field=f"blocks[{i}]")
+        key = _text(raw, "key", 64, where=where)
+        if not _KEY.match(key):
+            raise InvalidInput(f"{where}key {key!r} may hold letters, digits, '-' and '_' (at most 64)",
+                               field=f"{where}key")
+        if key in seen:
+            raise InvalidInput(f"{where}key {key!r} is used by another block; keys must be unique",
+                               field=f"{where}key")
+        seen.add(key)
+        blocks.append(Block(key, _text(raw, "text", MAX_TEXT, where=where),
+                            _text(raw, "image_prompt", MAX_PROMPT, required=False, where=where)))
+    return Draft(title, locale, theme, tuple(blocks))
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What the fingerprint must capture about the provider that will do the work."""
+
+    image_provider: str
+    image_model: str
+    image_size: str
+    tts_provider: str
+    tts_model: str
+    tts_voice: str
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    kind: TaskKind
+    block_key: str | None
+    input: dict
+    fingerprint: str
+    depends_on: tuple[str, ...] = field(default=())   # block keys/kinds, as "kind:key"
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind.value}:{self.block_key or ''}"
+
+
+def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
+    """The tasks of a version: image and speech per block, then a bundle depending on them all."""
+    media: list[PlannedTask] = []
+    for block in draft.blocks:
+        image = {"kind": "image", "provider": providers.image_provider, "model": providers.image_model,
+                 "size": providers.image_size, "prompt": block.image_prompt or block.text, "theme": draft.theme}
+        speech = {"kind": "audio", "provider": providers.tts_provider, "model": providers.tts_model,
+                  "voice": providers.tts_voice, "locale": draft.locale, "text": block.text}
+        media.append(PlannedTask(TaskKind.IMAGE, block.key, image, digest(image)))
+        media.append(PlannedTask(TaskKind.TTS, block.key, speech, digest(speech)))
+    by_ref = {t.ref: t for t in media}
+    bundle = {"kind": "bundle", "title": draft.title, "locale": draft.locale,
+              "blocks": [{"key": b.key, "text": b.text, "image": by_ref[f"image:{b.key}"].fingerprint,
+                          "audio": by_ref[f"tts:{b.key}"].fingerprint} for b in draft.blocks]}
+    return media + [PlannedTask(TaskKind.BUNDLE, None, bundle, digest(bundle), tuple(t.ref for t in media))]

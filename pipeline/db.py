@@ -1,0 +1,76 @@
+"""The database seam: connections and named queries.
+
+SQL lives in `pipeline/queries/*.sql`, one file per table group, each query
+introduced by a `-- name: one-line comment` header. Code calls queries by name
+with named parameters (`%(task_id)s`); nothing outside the query files builds SQL.
+This module owns connection settings; it knows nothing of tasks.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import psycopg
+from psycopg.rows import dict_row
+
+QUERY_DIR = Path(__file__).parent / "queries"
+_HEADER = re.compile(r"^-- (?P<name>[a-z][a-z0-9_]*): (?P<doc>.+)$")
+
+
+def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection:
+    """A connection that returns rows as dicts and fails fast when the server is away."""
+    return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=5,
+                           application_name="mediapipe")
+
+
+def parse_queries(text: str, source: str) -> dict[str, str]:
+    queries: dict[str, str] = {}
+    name, lines = None, []
+    for line in text.splitlines():
+        match = _HEADER.match(line)
+        if match:
+            if name:
+                queries[name] = "\n".join(lines).strip()
+            name, lines = match["name"], []
+            if name in queries:
+                raise ValueError(f"{source}: query {name!r} is defined twice")
+        elif name:
+            lines.append(line)
+    if name:
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+@lru_cache(maxsize=1)
+def queries() -> Mapping[str, str]:
+    found: dict[str, str] = {}
+    for path in sorted(QUERY_DIR.glob("*.sql")):
+        for name, sql in parse_queries(path.read_text(), path.name).items():
+            if name in found:
+                raise ValueError(f"{path.name}: query {name!r} is defined in another file too")
+            found[name] = sql
+    return found
+
+
+def execute(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> psycopg.Cursor:
+    return conn.execute(queries()[name], params or {})
+
+
+def one(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> dict | None:
+    return execute(conn, name, params).fetchone()
+
+
+def all(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> list[dict]:  # noqa: A001
+    return execute(conn, name, params).fetchall()
+
+
+def scalar(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> Any:
+    row = execute(conn, name, params).fetchone()
+    return None if row is None else next(iter(row.values()))
+
+
+def iter_rows(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> Iterator[dict]:
+    yield from execute(conn, name, params)

@@ -1,0 +1,159 @@
+"""Claim, heartbeat and fenced exits from `running`.
+
+Every exit from `running` is one guarded UPDATE on (id, lease_token, status='running'):
+zero rows means this worker no longer holds the lease, and it raises `LeaseLost`
+having written nothing. Each function is one short transaction; none is open
+while the work itself runs.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pipeline import db, policy
+from pipeline.errors import LeaseLost
+from pipeline.settings import Settings
+from pipeline.states import TaskStatus
+
+
+@dataclass(frozen=True)
+class Task:
+    """A claimed task: what a worker needs to do one attempt, and to prove it holds the lease."""
+
+    id: int
+    content_id: int
+    version: int
+    kind: str
+    block_key: str | None
+    input: dict
+    fingerprint: str
+    attempts: int
+    max_attempts: int
+    deadline_at: datetime
+    lease_token: uuid.UUID
+    lease_until: datetime
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Task":
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Asset:
+    sha256: str
+    media_type: str
+    size: int
+    width: int | None = None
+    height: int | None = None
+    duration_ms: int | None = None
+
+
+def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
+          rq_job_id: str | None = None) -> Task | None:
+    """Take the task for one attempt, or None when it is not runnable now (nothing is changed then)."""
+    with conn.transaction():
+        row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
+                                           "lease_seconds": lease_seconds, "rq_job_id": rq_job_id})
+    return Task.from_row(row) if row else None
+
+
+def fail_if_past_deadline(conn: psycopg.Connection, task_id: int, *, actor: str) -> bool:
+    with conn.transaction():
+        return db.one(conn, "tasks_fail_past_deadline", {"task_id": task_id, "actor": actor}) is not None
+
+
+@dataclass(frozen=True)
+class Beat:
+    alive: bool                 # False: the lease is gone (superseded, expired and taken, cancelled)
+    cancel_requested: bool
+
+
+def heartbeat(conn: psycopg.Connection, task: Task, lease_seconds: float) -> Beat:
+    with conn.transaction():
+        row = db.one(conn, "tasks_heartbeat", {"task_id": task.id, "lease_token": task.lease_token,
+                                               "lease_seconds": lease_seconds})
+    return Beat(alive=row is not None, cancel_requested=bool(row and row["cancel_requested"]))
+
+
+def _finish(conn: psycopg.Connection, task: Task, to: TaskStatus, *, actor: str, reason: str,
+            asset: str | None = None, available_at: datetime | None = None, refund: bool = False,
+            last_error: str | None = None, details: dict[str, Any] | None = None) -> dict | None:
+    return db.one(conn, "tasks_finish", {
+        "task_id": task.id, "lease_token": task.lease_token, "to_status": to.value, "actor": actor,
+        "reason": reason, "asset_sha256": asset, "available_at": available_at, "refund": int(refund),
+        "last_error": last_error, "details": Jsonb(details) if details else None})
+
+
+def _lost(conn: psycopg.Connection, task: Task, actor: str, wanted: TaskStatus) -> TaskStatus:
+    """After a guarded exit matched nothing: cancel if that is why, else raise LeaseLost."""
+    if wanted is not TaskStatus.CANCELLED and _finish(conn, task, TaskStatus.CANCELLED, actor=actor,
+                                                      reason="version cancelled") is not None:
+        return TaskStatus.CANCELLED
+    current = db.one(conn, "tasks_get", {"task_id": task.id})
+    raise LeaseLost(f"task {task.id}: lease {task.lease_token} is no longer current "
+                    f"(status {current['status']}); nothing was written")
+
+
+def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
+            details: dict | None = None) -> tuple[TaskStatus, list[int]]:
+    """Record the asset and complete the task; returns its status and the outbox rows it unblocked."""
+    with conn.transaction():
+        db.all(conn, "tasks_lock_dependents", {"task_id": task.id})
+        db.execute(conn, "assets_upsert", asset.__dict__)
+        db.execute(conn, "asset_inputs_upsert", {"fingerprint": task.fingerprint, "sha256": asset.sha256})
+        if _finish(conn, task, TaskStatus.SUCCEEDED, actor=actor, reason=reason, asset=asset.sha256,
+                   details=details) is None:
+            return _lost(conn, task, actor, TaskStatus.SUCCEEDED), []
+        unblocked = db.all(conn, "outbox_add_unblocked", {"task_id": task.id})
+    return TaskStatus.SUCCEEDED, [row["id"] for row in unblocked]
+
+
+def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
+                 now: datetime, rng: random.Random | None = None) -> policy.Outcome:
+    """Apply the retry policy to an attempt that raised `error`."""
+    outcome = policy.after_failure(error, attempts=task.attempts, max_attempts=task.max_attempts, now=now,
+                                   deadline=task.deadline_at, base=cfg.backoff_base_seconds,
+                                   cap=cfg.backoff_cap_seconds, rng=rng or random.Random())
+    with conn.transaction():
+        row = _finish(conn, task, outcome.status, actor=actor, reason=outcome.reason,
+                      available_at=outcome.available_at, refund=outcome.refund_attempt,
+                      last_error=outcome.reason[:2000], details={"error_class": error.__class__.__name__})
+        if row is None:
+            _lost(conn, task, actor, outcome.status)
+            return policy.Outcome(TaskStatus.CANCELLED, reason="version cancelled")
+        if outcome.status is TaskStatus.RETRY:
+            db.execute(conn, "outbox_add", {"task_id": task.id, "queue": task.kind,
+                                            "available_at": outcome.available_at})
+        if outcome.dead_letter:
+            db.execute(conn, "dead_letters_insert", {"task_id": task.id, "reason": outcome.dead_letter,
+                                                     "last_error": outcome.reason[:2000],
+                                                     "attempts": row["attempts"]})
+    return outcome
+
+
+def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str) -> None:
+    with conn.transaction():
+        if _finish(conn, task, TaskStatus.CANCELLED, actor=actor, reason="version cancelled") is None:
+            _lost(conn, task, actor, TaskStatus.CANCELLED)
+
+
+def find_reusable(conn: psycopg.Connection, fingerprint: str) -> Asset | None:
+    row = db.one(conn, "asset_inputs_find", {"fingerprint": fingerprint})
+    if row is None:
+        return None
+    return Asset(row["sha256"], row["media_type"], row["size"], row["width"], row["height"], row["duration_ms"])
+
+
+def record_event(conn: psycopg.Connection, task: Task, action: str, *, actor: str, reason: str = "",
+                 details: dict | None = None) -> None:
+    db.execute(conn, "events_insert", {
+        "task_id": task.id, "content_id": task.content_id, "version": task.version, "action": action,
+        "actor": actor, "attempt": task.attempts, "lease_token": task.lease_token, "reason": reason,
+        "details": Jsonb(details) if details else None})

@@ -1,0 +1,145 @@
+"""The RQ job: `run_task(task_id)` does one attempt of one task, fenced by its lease.
+
+A message carries only the task id. Whether there is anything to do is decided
+by the claim in PostgreSQL: a duplicate or early message claims nothing and
+returns. The job's return value carries no business state.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+import psycopg
+from psycopg.types.json import Jsonb
+from rq import get_current_job
+
+from pipeline import db, dispatch, engine, runtime
+from pipeline.engine import Task
+from pipeline.errors import Cancelled, LeaseLost
+from pipeline.log import log
+
+
+class Lease:
+    """Keeps one task's lease alive from a background thread, and answers `check()`."""
+
+    def __init__(self, rt: runtime.Runtime, task: Task) -> None:
+        self.rt, self.task = rt, task
+        self.lost = self.cancel_requested = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{task.id}", daemon=True)
+
+    def __enter__(self) -> "Lease":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def beat(self) -> None:
+        with self._lock:
+            try:
+                result = engine.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
+            except psycopg.OperationalError as exc:
+                self.rt.drop("lease")
+                log("heartbeat_failed", task_id=self.task.id, lease_token=self.task.lease_token,
+                    error=exc.__class__.__name__)
+                return
+        self.lost = self.lost or not result.alive
+        self.cancel_requested = result.cancel_requested
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.rt.settings.heartbeat_seconds):
+            self.beat()
+            if self.lost:
+                log("lease_lost", task_id=self.task.id, lease_token=self.task.lease_token)
+                return
+
+    def check(self) -> None:
+        self.beat()
+        if self.lost:
+            raise LeaseLost(f"task {self.task.id}: lease {self.task.lease_token} is no longer held")
+        if self.cancel_requested:
+            raise Cancelled(f"task {self.task.id}: its version was cancelled")
+
+    def record_call(self, *, provider: str, model: str, idempotency_key: str, outcome: str,
+                    http_status: int | None, latency_ms: int | None, cost: float) -> None:
+        db.execute(self.rt.conn(), "provider_calls_insert", {
+            "task_id": self.task.id, "attempt": self.task.attempts, "provider": provider, "model": model,
+            "idempotency_key": idempotency_key, "outcome": outcome, "http_status": http_status,
+            "latency_ms": latency_ms, "cost": cost, "accepted_by": None})
+
+
+def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None:
+    for attempt in (1, 2):  # a PostgreSQL restart breaks the kept connection once
+        try:
+            return engine.claim(rt.conn(), task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds,
+                                rq_job_id=job_id)
+        except psycopg.OperationalError:
+            rt.drop()
+            if attempt == 2:
+                raise
+    return None
+
+
+def _reuse(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
+    asset = engine.find_reusable(rt.conn(), task.fingerprint)
+    if asset is None:
+        return None
+    status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id, reason="reused",
+                                       details={"reused_sha256": asset.sha256})
+    if status.value == "succeeded":
+        with rt.conn().transaction():
+            engine.record_event(rt.conn(), task, "reused", actor=rt.worker_id,
+                                reason="an identical input already produced this asset",
+                                details={"sha256": asset.sha256})
+            db.execute(rt.conn(), "provider_calls_insert", {
+                "task_id": task.id, "attempt": task.attempts, "provider": task.input.get("provider", "internal"),
+                "model": task.input.get("model", task.kind), "idempotency_key": "-", "outcome": "reused",
+                "http_status": None, "latency_ms": 0, "cost": 0, "accepted_by": None})
+    return status.value, unblocked
+
+
+def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[int]]:
+    reused = _reuse(rt, task)
+    if reused:
+        return reused
+    try:
+        lease.check()
+        asset = rt.executor.execute(task, lease)
+    except Cancelled:
+        engine.cancel_running(rt.conn(), task, actor=rt.worker_id)
+        return "cancelled", []
+    except LeaseLost:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
+        outcome = engine.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
+                                      now=datetime.now(timezone.utc))
+        return outcome.status.value, []
+    status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id)
+    return status.value, unblocked
+
+
+def run_task(task_id: int) -> str:
+    rt = runtime.current()
+    job = get_current_job()
+    job_id = job.id if job else None
+    task = _claim(rt, task_id, job_id)
+    if task is None:
+        failed = engine.fail_if_past_deadline(rt.conn(), task_id, actor=rt.worker_id)
+        log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
+        return "failed" if failed else "skipped"
+    fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,
+              "attempt": task.attempts, "lease_token": task.lease_token, "rq_job_id": job_id}
+    log("job_start", **fields)
+    try:
+        with Lease(rt, task) as lease:
+            status, unblocked = _attempt(rt, task, lease)
+    except LeaseLost as exc:
+        log("lease_lost_nothing_written", **fields, error=str(exc))
+        return "lease_lost"
+    dispatch.send_now(rt.conn(), rt.redis, unblocked, claim_seconds=rt.settings.dispatch_claim_seconds)
+    log("job_end", **fields, status=status)
+    return status

@@ -1,0 +1,100 @@
+"""Schema migrations: numbered, forward-only SQL files in `schema/`.
+
+`plan()` decides (pure); `migrate()` applies the missing files, each in its own
+transaction, under a session advisory lock so two concurrent runs are safe: the
+second waits, then finds nothing to do. A database whose recorded migrations do
+not match the files (edited, renamed or unknown) is refused, never "repaired".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from pipeline.errors import PipelineError
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+LOCK_KEY = 0x6D656469  # advisory lock id shared by every migrate run
+_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
+
+
+class MigrationError(PipelineError):
+    """The migration files or the database's record of them are inconsistent."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def discover(directory: Path = SCHEMA_DIR) -> list[Migration]:
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _FILE.match(path.name)
+        if not match:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_lower_case_name.sql")
+        found.append(Migration(int(match["version"]), match["name"], path.read_text()))
+    numbers = [m.version for m in found]
+    if numbers != list(range(1, len(found) + 1)):
+        raise MigrationError(f"migration numbers must run 1, 2, 3... without gaps or repeats; found {numbers}")
+    return found
+
+
+def plan(files: list[Migration], recorded: dict[int, str]) -> list[Migration]:
+    """The migrations still to apply, or MigrationError when the record contradicts the files."""
+    by_version = {m.version: m for m in files}
+    for version, checksum in sorted(recorded.items()):
+        migration = by_version.get(version)
+        if migration is None:
+            raise MigrationError(f"the database has migration {version:04d}, which no file in schema/ provides; "
+                                 "this code is older than the database")
+        if migration.checksum != checksum:
+            raise MigrationError(f"schema/{version:04d}_{migration.name}.sql changed after it was applied; "
+                                 "migrations are forward-only: add a new file instead")
+    return [m for m in files if m.version not in recorded]
+
+
+_CREATE_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())"""
+
+
+def _recorded(conn: psycopg.Connection) -> dict[int, str]:
+    cur = conn.cursor(row_factory=tuple_row)
+    if cur.execute("SELECT to_regclass('schema_migrations') IS NULL").fetchone()[0]:
+        return {}
+    return dict(cur.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+
+
+def pending(conn: psycopg.Connection, files: list[Migration] | None = None) -> list[Migration]:
+    """What `migrate` would apply now; raises MigrationError on a mismatch."""
+    return plan(discover() if files is None else files, _recorded(conn))
+
+
+def migrate(url: str, files: list[Migration] | None = None) -> list[Migration]:
+    """Apply the missing migrations; return what was applied (empty when current)."""
+    files = discover() if files is None else files
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        try:
+            conn.execute(_CREATE_TABLE)
+            todo = plan(files, _recorded(conn))
+            for migration in todo:
+                with conn.transaction():
+                    conn.execute(migration.sql.encode())
+                    conn.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                                 (migration.version, migration.name, migration.checksum))
+            return todo
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))

@@ -1,0 +1,44 @@
+-- admission_lock: serialise saves so the pending count cannot be raced past the limit
+SELECT pg_advisory_xact_lock(7411002);
+
+-- admission_pending: tasks that still need a worker (served by the partial index tasks_unfinished)
+SELECT count(*) AS pending FROM tasks WHERE status IN ('ready', 'running', 'retry');
+
+-- admission_recent_rate: tasks finished in the last minute, to estimate when capacity frees up
+SELECT count(*) AS done FROM events
+WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
+
+-- versions_by_save_key: the version an earlier save with this Idempotency-Key created
+SELECT content_id, version, save_digest FROM versions WHERE save_key = %(save_key)s;
+
+-- contents_insert: a new content item, at version 1
+INSERT INTO contents (title, locale, theme, current_version)
+VALUES (%(title)s, %(locale)s, %(theme)s, 1)
+RETURNING id, current_version;
+
+-- contents_bump_version: move to the next version only if the editor saw the latest one (optimistic lock)
+UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
+       theme = %(theme)s, updated_at = now()
+WHERE id = %(content_id)s AND current_version = %(base_version)s
+RETURNING id, current_version;
+
+-- contents_get: one content item
+SELECT * FROM contents WHERE id = %(content_id)s;
+
+-- contents_list: content items, newest first
+SELECT * FROM contents ORDER BY id DESC LIMIT %(limit)s;
+
+-- versions_insert: the immutable snapshot of a save
+INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
+                      save_key, save_digest)
+VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
+        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s)
+RETURNING *;
+
+-- versions_get: one version
+SELECT * FROM versions WHERE content_id = %(content_id)s AND version = %(version)s;
+
+-- versions_request_cancel: record who asked to cancel a version (first request wins)
+UPDATE versions SET cancel_requested_at = now(), cancel_requested_by = %(actor)s
+WHERE content_id = %(content_id)s AND version = %(version)s AND cancel_requested_at IS NULL
+RETURNING *;

@@ -1,0 +1,142 @@
+-- tasks_insert: one task of a new version
+INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
+VALUES (%(content_id)s, %(version)s, %(kind)s, %(block_key)s, %(input)s, %(fingerprint)s, %(max_attempts)s,
+        %(deadline_at)s)
+RETURNING id;
+
+-- task_deps_insert: task_id may run only after depends_on succeeded
+INSERT INTO task_deps (task_id, depends_on) VALUES (%(task_id)s, %(depends_on)s);
+
+-- tasks_get: one task
+SELECT * FROM tasks WHERE id = %(task_id)s;
+
+-- tasks_of_version: a version's tasks in a stable order
+SELECT * FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s ORDER BY id;
+
+-- tasks_supersede_older: every unfinished task of this content's older versions becomes superseded
+-- (a running one loses its lease here, so its worker's fenced completion will match no row)
+WITH old AS (
+    SELECT id, status FROM tasks
+    WHERE content_id = %(content_id)s AND version < %(version)s
+      AND status IN ('ready', 'running', 'retry', 'unknown')
+    FOR UPDATE
+), moved AS (
+    UPDATE tasks t SET status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
+    FROM old WHERE t.id = old.id
+    RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
+), dropped AS (
+    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
+)
+INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
+SELECT id, content_id, version, 'transition', from_status, 'superseded', %(actor)s, attempts, %(reason)s
+FROM moved
+RETURNING task_id;
+
+-- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
+WITH candidate AS (
+    SELECT t.id, t.status FROM tasks t
+    JOIN contents c ON c.id = t.content_id
+    JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+    WHERE t.id = %(task_id)s
+      AND t.status IN ('ready', 'retry')
+      AND t.available_at <= now()
+      AND t.attempts < t.max_attempts
+      AND t.deadline_at > now()
+      AND c.current_version = t.version
+      AND v.cancel_requested_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.depends_on
+                      WHERE d.task_id = t.id AND dep.status <> 'succeeded')
+    FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+    UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
+           lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
+           worker = %(worker)s, updated_at = now()
+    FROM candidate WHERE t.id = candidate.id
+    RETURNING t.*, candidate.status AS from_status
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
+                        lease_token, reason, details)
+    SELECT id, content_id, version, 'transition', from_status, 'running', %(worker)s, attempts, lease_token,
+           'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
+    FROM claimed
+)
+SELECT claimed.*, v.saved_at FROM claimed
+JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
+
+-- tasks_fail_past_deadline: a waiting task whose deadline passed fails without running
+WITH moved AS (
+    UPDATE tasks t SET status = 'failed', last_error = 'deadline passed before the task could run',
+           updated_at = now()
+    FROM (SELECT id, status FROM tasks WHERE id = %(task_id)s AND status IN ('ready', 'retry')
+          AND deadline_at <= now() FOR UPDATE) old
+    WHERE t.id = old.id
+    RETURNING t.*, old.status AS from_status
+), dead AS (
+    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
+    SELECT id, 'deadline passed', last_error, attempts FROM moved
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
+    SELECT id, content_id, version, 'transition', from_status, 'failed', %(actor)s, attempts, 'deadline passed'
+    FROM moved
+)
+SELECT * FROM moved;
+
+-- tasks_heartbeat: extend the lease, only for the current holder; says whether a cancel was requested
+UPDATE tasks t SET lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now()
+FROM versions v
+WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
+  AND v.content_id = t.content_id AND v.version = t.version
+RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
+SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
+WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR UPDATE OF t;
+
+-- tasks_finish: fenced exit from running: only the holder of the current lease can move the task
+WITH moved AS (
+    UPDATE tasks SET status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
+           asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
+           available_at = coalesce(%(available_at)s, available_at),
+           attempts = attempts - %(refund)s::int,
+           last_error = %(last_error)s
+    WHERE id = %(task_id)s AND status = 'running' AND lease_token = %(lease_token)s
+      AND (%(to_status)s::task_status = 'cancelled' OR NOT EXISTS (
+            SELECT 1 FROM versions v WHERE v.content_id = tasks.content_id AND v.version = tasks.version
+              AND v.cancel_requested_at IS NOT NULL))
+    RETURNING *
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
+                        lease_token, reason, details)
+    SELECT id, content_id, version, 'transition', 'running', status, %(actor)s, attempts, %(lease_token)s,
+           %(reason)s, %(details)s FROM moved
+)
+SELECT * FROM moved;
+
+-- tasks_cancel_waiting: a cancelled version's waiting tasks are cancelled at once
+WITH moved AS (
+    UPDATE tasks t SET status = 'cancelled', updated_at = now()
+    FROM (SELECT id, status FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s
+          AND status IN ('ready', 'retry', 'unknown') FOR UPDATE) old
+    WHERE t.id = old.id
+    RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
+), dropped AS (
+    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
+)
+INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
+SELECT id, content_id, version, 'transition', from_status, 'cancelled', %(actor)s, attempts, 'version cancelled'
+FROM moved
+RETURNING task_id;
+
+-- dead_letters_insert: the record of a task that failed for good
+INSERT INTO dead_letters (task_id, reason, last_error, attempts)
+VALUES (%(task_id)s, %(reason)s, %(last_error)s, %(attempts)s)
+ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
+    attempts = excluded.attempts, at = now();
+
+-- events_insert: an audit row that is not a status change (reused, recovered, approve, ...)
+INSERT INTO events (task_id, content_id, version, action, actor, attempt, lease_token, reason, details)
+VALUES (%(task_id)s, %(content_id)s, %(version)s, %(action)s, %(actor)s, %(attempt)s, %(lease_token)s,
+        %(reason)s, %(details)s);
+
+-- events_of_task: a task's history, oldest first
+SELECT * FROM events WHERE task_id = %(task_id)s ORDER BY id;

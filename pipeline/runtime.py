@@ -1,0 +1,80 @@
+"""What a worker process keeps between jobs: settings, the executor, and kept connections.
+
+RQ imports `pipeline.jobs.run_task` by dotted path; the job asks `current()` for
+the process's runtime, built once from the environment (or installed by tests).
+Connections are reopened when PostgreSQL restarted under them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+
+import psycopg
+import redis
+
+from pipeline.db import connect
+from pipeline.settings import Settings, load
+from pipeline.work import Executor
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    executor: Executor
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    _conns: dict = field(default_factory=dict, repr=False)
+    _redis: redis.Redis | None = field(default=None, repr=False)
+
+    def conn(self, name: str = "main") -> psycopg.Connection:
+        """A kept autocommit connection; each engine call opens its own short transaction."""
+        conn = self._conns.get(name)
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None:
+                conn.close()
+            conn = self._conns[name] = connect(self.settings.database_url, autocommit=True)
+        return conn
+
+    def drop(self, name: str = "main") -> None:
+        conn = self._conns.pop(name, None)
+        if conn is not None:
+            conn.close()
+
+    @property
+    def redis(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        return self._redis
+
+    def close(self) -> None:
+        for name in list(self._conns):
+            self.drop(name)
+
+
+_current: Runtime | None = None
+_lock = threading.Lock()
+
+
+def default_executor(settings: Settings) -> Executor:
+    from pipeline.providerwork import ProviderExecutor
+    return ProviderExecutor.from_settings(settings)
+
+
+def current() -> Runtime:
+    global _current
+    with _lock:
+        if _current is None:
+            settings = load()
+            _current = Runtime(settings, default_executor(settings))
+        return _current
+
+
+def install(runtime: Runtime | None) -> None:
+    """Use this runtime in this process (tests, benchmarks); None resets to the default."""
+    global _current
+    with _lock:
+        if _current is not None and _current is not runtime:
+            _current.close()
+        _current = runtime

@@ -1,0 +1,190 @@
+"""Configuration: read once from the environment into a frozen `Settings`.
+
+This is the only module that reads `os.environ`. Every setting has a default
+documented in `SETTINGS_DOC` (and the README); an invalid value raises
+`ConfigError` naming the variable and what it accepts. Nothing is read at
+import time: call `load()`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+from urllib.parse import urlsplit
+
+from pipeline.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """One provider's settings (IMAGE_* or TTS_*)."""
+
+    backend: str = "local"
+    base_url: str = ""
+    api_key: str = field(default="", repr=False)
+    model: str = ""
+    size: str = "1024x1024"
+    voice: str = ""
+    honours_idempotency_key: bool = False
+    max_concurrency: int = 4
+    rate_per_minute: int = 600
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+    cost_per_call: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    redis_url: str | None = None
+    media_dir: Path = ROOT / ".data" / "media"
+    secret_key: str = field(default="dev-only-secret-change-me", repr=False)
+    port: int = 8000
+    max_pending_tasks: int = 10_000
+    lease_seconds: float = 60.0
+    heartbeat_seconds: float = 15.0
+    deadline_seconds: float = 3600.0
+    max_attempts: int = 3
+    backoff_base_seconds: float = 1.0
+    backoff_cap_seconds: float = 30.0
+    dispatch_claim_seconds: float = 30.0
+    lost_dispatch_seconds: float = 120.0
+    media_retention_days: int = 30
+    demo_mode: bool = False
+    lab_api_key: str | None = field(default=None, repr=False)
+    image: ProviderSettings = ProviderSettings(model="local-card-v1")
+    tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", voice="")
+
+
+def _url(name: str, schemes: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        parts = urlsplit(raw)
+        if parts.scheme not in schemes or not parts.netloc and not parts.path:
+            raise ConfigError(f"{name}={raw!r} is not a valid URL; expected {' or '.join(schemes)}://HOST[:PORT]/...")
+        return raw
+    return parse
+
+
+def _int(name: str, low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not a whole number; expected {low}..{high}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name}={value} is out of range; expected {low}..{high}")
+        return value
+    return parse
+
+
+def _float(name: str, low: float, high: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not a number; expected {low}..{high}") from None
+        if not low <= value <= high:
+            raise ConfigError(f"{name}={value} is out of range; expected {low}..{high}")
+        return value
+    return parse
+
+
+def _bool(name: str) -> Callable[[str], bool]:
+    def parse(raw: str) -> bool:
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name}={raw!r} is not a boolean; expected true or false")
+    return parse
+
+
+def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ConfigError(f"{name}={raw!r} is not supported; expected one of: {', '.join(choices)}")
+        return raw
+    return parse
+
+
+def _secret(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if len(raw) < 16:
+            raise ConfigError(f"{name} is too short ({len(raw)} characters); use at least 16 random characters")
+        return raw
+    return parse
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) -> ProviderSettings:
+    spec = {
+        "backend": ("PROVIDER", _choice(f"{prefix}_PROVIDER", ("local", "openai"))),
+        "base_url": ("BASE_URL", _url(f"{prefix}_BASE_URL", ("http", "https"))),
+        "api_key": ("API_KEY", _text),
+        "model": ("MODEL", _text),
+        "size": ("SIZE", _text),
+        "voice": ("VOICE", _text),
+        "honours_idempotency_key": ("HONOURS_IDEMPOTENCY_KEY", _bool(f"{prefix}_HONOURS_IDEMPOTENCY_KEY")),
+        "max_concurrency": ("MAX_CONCURRENCY", _int(f"{prefix}_MAX_CONCURRENCY", 1, 1000)),
+        "rate_per_minute": ("RATE_PER_MINUTE", _int(f"{prefix}_RATE_PER_MINUTE", 1, 1_000_000)),
+        "connect_timeout": ("CONNECT_TIMEOUT", _float(f"{prefix}_CONNECT_TIMEOUT", 0.05, 120)),
+        "read_timeout": ("READ_TIMEOUT", _float(f"{prefix}_READ_TIMEOUT", 0.05, 3600)),
+        "cost_per_call": ("COST_PER_CALL", _float(f"{prefix}_COST_PER_CALL", 0, 1000)),
+    }
+    values = _read(env, {k: (f"{prefix}_{suffix}", parse) for k, (suffix, parse) in spec.items()})
+    result = ProviderSettings(**{**default.__dict__, **values})
+    if result.backend == "openai" and not (result.base_url and result.api_key and result.model):
+        raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL, {prefix}_API_KEY and {prefix}_MODEL")
+    return result
+
+
+def _read(env: Mapping[str, str], spec: Mapping[str, tuple[str, Callable[[str], object]]]) -> dict:
+    values = {}
+    for attr, (name, parse) in spec.items():
+        raw = env.get(name)
+        if raw is not None and raw != "":
+            values[attr] = parse(raw)
+    return values
+
+
+def load(env: Mapping[str, str] | None = None) -> Settings:
+    """Build the settings from `env` (default: the process environment)."""
+    env = os.environ if env is None else env
+    spec = {
+        "database_url": ("DATABASE_URL", _url("DATABASE_URL", ("postgresql", "postgres"))),
+        "redis_url": ("REDIS_URL", _url("REDIS_URL", ("redis", "rediss", "unix"))),
+        "media_dir": ("MEDIA_DIR", lambda raw: Path(raw).expanduser().resolve()),
+        "secret_key": ("SECRET_KEY", _secret("SECRET_KEY")),
+        "port": ("PORT", _int("PORT", 1, 65535)),
+        "max_pending_tasks": ("MAX_PENDING_TASKS", _int("MAX_PENDING_TASKS", 1, 100_000_000)),
+        "lease_seconds": ("LEASE_SECONDS", _float("LEASE_SECONDS", 0.5, 86_400)),
+        "heartbeat_seconds": ("HEARTBEAT_SECONDS", _float("HEARTBEAT_SECONDS", 0.1, 3600)),
+        "deadline_seconds": ("TASK_DEADLINE_SECONDS", _float("TASK_DEADLINE_SECONDS", 1, 30 * 86_400)),
+        "max_attempts": ("MAX_ATTEMPTS", _int("MAX_ATTEMPTS", 1, 100)),
+        "backoff_base_seconds": ("BACKOFF_BASE_SECONDS", _float("BACKOFF_BASE_SECONDS", 0, 3600)),
+        "backoff_cap_seconds": ("BACKOFF_CAP_SECONDS", _float("BACKOFF_CAP_SECONDS", 0, 3600)),
+        "dispatch_claim_seconds": ("DISPATCH_CLAIM_SECONDS", _float("DISPATCH_CLAIM_SECONDS", 0.1, 3600)),
+        "lost_dispatch_seconds": ("LOST_DISPATCH_SECONDS", _float("LOST_DISPATCH_SECONDS", 0.1, 86_400)),
+        "media_retention_days": ("MEDIA_RETENTION_DAYS", _int("MEDIA_RETENTION_DAYS", 1, 36_500)),
+        "demo_mode": ("DEMO_MODE", _bool("DEMO_MODE")),
+        "lab_api_key": ("LAB_API_KEY", _secret("LAB_API_KEY")),
+    }
+    values = _read(env, spec)
+    base = Settings()
+    values["image"] = _provider(env, "IMAGE", base.image)
+    values["tts"] = _provider(env, "TTS", base.tts)
+    settings = Settings(**values)
+    if settings.heartbeat_seconds >= settings.lease_seconds:
+        raise ConfigError(
+            f"HEARTBEAT_SECONDS={settings.heartbeat_seconds} must be shorter than LEASE_SECONDS={settings.lease_seconds}, "
+            "or leases expire between heartbeats"
+        )
+    return settings

@@ -1,0 +1,129 @@
+"""Saving content: one short transaction that admits, snapshots, plans tasks, queues
+the runnable ones and supersedes older versions' unfinished work. Also cancel.
+
+Nothing is written when a save is refused (stale base, capacity, bad input).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pipeline import db
+from pipeline.content import Draft, ProviderInfo, plan_tasks
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from pipeline.settings import Settings
+
+
+@dataclass(frozen=True)
+class Saved:
+    content_id: int
+    version: int
+    created: bool                       # False: an earlier save with the same key answered
+    outbox_ids: tuple[int, ...] = ()    # rows the caller may send at once (fast path)
+    superseded: int = 0
+
+
+def provider_info(cfg: Settings) -> ProviderInfo:
+    return ProviderInfo(cfg.image.backend, cfg.image.model, cfg.image.size,
+                        cfg.tts.backend, cfg.tts.model, cfg.tts.voice)
+
+
+def _earlier_save(conn: psycopg.Connection, save_key: str | None, request_digest: str) -> Saved | None:
+    if not save_key:
+        return None
+    row = db.one(conn, "versions_by_save_key", {"save_key": save_key})
+    if row is None:
+        return None
+    if row["save_digest"] != request_digest:
+        raise Conflict(f"Idempotency-Key {save_key!r} was used for a different request; use a new key",
+                       code="idempotency_key_reused")
+    return Saved(row["content_id"], row["version"], created=False)
+
+
+def _retry_after(conn: psycopg.Connection, excess: int) -> int:
+    done_per_minute = db.scalar(conn, "admission_recent_rate") or 0
+    return max(1, min(600, math.ceil(excess * 60 / max(done_per_minute, 1))))
+
+
+def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
+         base_version: int | None = None, save_key: str | None = None) -> Saved:
+    """Create a content item (content_id None) or its next version on top of `base_version`."""
+    request_digest = draft.digest if content_id is None else f"{content_id}:{base_version}:{draft.digest}"
+    plan = plan_tasks(draft, provider_info(cfg))
+    if len(plan) > cfg.max_pending_tasks:
+        raise InvalidInput(f"this content needs {len(plan)} tasks but at most {cfg.max_pending_tasks} can be "
+                           "pending (MAX_PENDING_TASKS); split it", field="blocks")
+    try:
+        with conn.transaction():
+            earlier = _earlier_save(conn, save_key, request_digest)
+            if earlier:
+                return earlier
+            return _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest)
+    except psycopg.errors.UniqueViolation:
+        # a concurrent save with the same key won the race: answer with its result
+        with conn.transaction():
+            earlier = _earlier_save(conn, save_key, request_digest)
+        if earlier is None:
+            raise
+        return earlier
+
+
+def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest) -> Saved:
+    db.execute(conn, "admission_lock")
+    fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
+    if content_id is None:
+        row = db.one(conn, "contents_insert", fields)
+    else:
+        row = db.one(conn, "contents_bump_version", {**fields, "content_id": content_id,
+                                                     "base_version": base_version})
+        if row is None:
+            current = db.one(conn, "contents_get", {"content_id": content_id})
+            if current is None:
+                raise NotFound(f"content {content_id} does not exist")
+            raise Conflict(f"base_version {base_version} is not the latest version ({current['current_version']}); "
+                           "reload the content and apply your edit to the latest version",
+                           code="stale_base_version", details={"current_version": current["current_version"]})
+    content_id, number = row["id"], row["current_version"]
+    version = db.one(conn, "versions_insert", {
+        **fields, "content_id": content_id, "version": number, "blocks": Jsonb([b.as_dict() for b in draft.blocks]),
+        "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
+        "save_key": save_key, "save_digest": request_digest if save_key else None})
+    superseded = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": number, "actor": actor,
+                                                        "reason": f"superseded by version {number}"})
+    pending = db.scalar(conn, "admission_pending")
+    if pending + len(plan) > cfg.max_pending_tasks:
+        excess = pending + len(plan) - cfg.max_pending_tasks
+        raise CapacityExceeded(f"{pending} tasks are pending and this save adds {len(plan)}; the limit is "
+                               f"{cfg.max_pending_tasks}", retry_after=_retry_after(conn, excess))
+    ids: dict[str, int] = {}
+    outbox: list[int] = []
+    for task in plan:
+        ids[task.ref] = db.scalar(conn, "tasks_insert", {
+            "content_id": content_id, "version": number, "kind": task.kind.value, "block_key": task.block_key,
+            "input": Jsonb(task.input), "fingerprint": task.fingerprint, "max_attempts": cfg.max_attempts,
+            "deadline_at": version["deadline_at"]})
+        for dep in task.depends_on:
+            db.execute(conn, "task_deps_insert", {"task_id": ids[task.ref], "depends_on": ids[dep]})
+        if not task.depends_on:
+            row = db.one(conn, "outbox_add", {"task_id": ids[task.ref], "queue": task.kind.value,
+                                              "available_at": version["saved_at"]})
+            outbox.append(row["id"])
+    return Saved(content_id, number, created=True, outbox_ids=tuple(outbox), superseded=len(superseded))
+
+
+def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> int:
+    """Record a cancel request; waiting tasks are cancelled now, running ones by their worker or lease expiry.
+
+    Returns how many tasks were cancelled at once.
+    """
+    with conn.transaction():
+        row = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
+        if row is None:
+            raise NotFound(f"content {content_id} has no version {version}")
+        db.execute(conn, "versions_request_cancel", {"content_id": content_id, "version": version, "actor": actor})
+        moved = db.all(conn, "tasks_cancel_waiting", {"content_id": content_id, "version": version, "actor": actor})
+    return len(moved)

@@ -1,0 +1,81 @@
+"""Build the provider a configuration asks for.
+
+This module owns `ProviderConfig` (plain, already-parsed settings) and
+`build_provider`, the one place that maps (kind, backend) to an adapter. It
+does not read the environment: another module fills `ProviderConfig`. The GPL
+speech backend is imported only when a local TTS provider is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from pipeline.errors import ConfigError, Permanent
+
+from .base import KINDS, Provider
+
+BACKENDS = ("local", "openai")
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """Settings of one provider. `size` is used for images, `voice` for audio."""
+
+    backend: str = "local"
+    base_url: str = "https://api.openai.com"
+    api_key: str = field(default="", repr=False)
+    model: str = ""
+    size: str = "1024x1024"
+    voice: str = ""
+    honours_idempotency_key: bool = False
+    connect_timeout: float = 3.05
+    read_timeout: float = 60.0
+
+
+def build_provider(kind: str, cfg: ProviderConfig, *, session: requests.Session | None = None,
+                   journal_dir: Path | None = None) -> Provider:
+    """The provider for `kind` ("image" or "audio") as `cfg` describes; ConfigError if invalid."""
+    if kind not in KINDS:
+        raise ConfigError(f"provider kind {kind!r} is unknown: choose one of {', '.join(KINDS)}")
+    if cfg.backend == "local":
+        return _build_local(kind, cfg, journal_dir)
+    if cfg.backend == "openai":
+        return _build_openai(kind, cfg, requests.Session() if session is None else session)
+    raise ConfigError(f"provider backend {cfg.backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
+
+
+def _build_local(kind: str, cfg: ProviderConfig, journal_dir: Path | None) -> Provider:
+    if journal_dir is None:
+        raise ConfigError("the local providers need a journal directory (journal_dir) to remember results")
+    if kind == "image":
+        from .local_image import LocalImageProvider
+
+        try:
+            return LocalImageProvider(journal_dir, model=cfg.model or "local-card-1", size=cfg.size)
+        except Permanent as exc:
+            raise ConfigError(f"image size setting: {exc}") from exc
+    from .local_tts import LocalSpeechProvider  # GPL engine: imported only when chosen
+
+    return LocalSpeechProvider(journal_dir, model=cfg.model or "espeak-ng", voice=cfg.voice)
+
+
+def _build_openai(kind: str, cfg: ProviderConfig, session: requests.Session) -> Provider:
+    from .openai_http import OpenAIImageProvider, OpenAISpeechProvider
+
+    if not cfg.api_key:
+        raise ConfigError("the openai backend needs an API key; set one or choose the local backend")
+    if not cfg.base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"provider base URL {cfg.base_url!r} must start with http:// or https://")
+    if cfg.connect_timeout <= 0 or cfg.read_timeout <= 0:
+        raise ConfigError("provider timeouts must be positive numbers of seconds")
+    common = dict(
+        base_url=cfg.base_url, api_key=cfg.api_key, session=session,
+        timeout=(cfg.connect_timeout, cfg.read_timeout),
+        honours_idempotency_key=cfg.honours_idempotency_key,
+    )
+    if kind == "image":
+        return OpenAIImageProvider(model=cfg.model or "gpt-image-1", size=cfg.size, **common)
+    return OpenAISpeechProvider(model=cfg.model or "gpt-4o-mini-tts", voice=cfg.voice or "alloy", **common)

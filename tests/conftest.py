@@ -1,0 +1,112 @@
+"""Test servers: real PostgreSQL and Redis for the whole session.
+
+Unless DATABASE_URL / REDIS_URL name servers to use, the session starts embedded
+ones on free ports in a temporary directory. The schema is migrated once into a
+template database; each test that asks for `database_url` gets a fresh copy of it,
+and each test that asks for `redis_url` gets an empty Redis database.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from bin.embedded import Postgres, Valkey, free_port
+from pipeline import migrations, settings
+
+TEMPLATE = "mediapipe_template"
+_counter = itertools.count()
+
+
+@dataclass
+class Servers:
+    admin_url: str                 # a database to run CREATE DATABASE from
+    redis_url: str
+    base: Path
+    postgres: Postgres | None
+    valkey: Valkey | None
+
+    def database_url(self, name: str) -> str:
+        return self.admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def servers():
+    env = settings.load()
+    base = Path(tempfile.mkdtemp(prefix="mediapipe-test-"))
+    base.chmod(0o755)  # PostgreSQL runs as another user when we are root
+    pg = vk = None
+    try:
+        if env.database_url:
+            admin_url = env.database_url
+        else:
+            pg = Postgres(base / "pg", free_port(), durable=False)
+            pg.start()
+            admin_url = pg.url()
+        if env.redis_url:
+            redis_url = env.redis_url
+        else:
+            vk = Valkey(base / "redis", free_port())
+            vk.start()
+            redis_url = vk.url(1)
+        found = Servers(admin_url, redis_url, base, pg, vk)
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+        migrations.migrate(found.database_url(TEMPLATE))
+        yield found
+    finally:
+        if vk:
+            vk.stop()
+        if pg:
+            pg.stop(mode="immediate")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def create_database(servers: Servers, template: str | None = TEMPLATE) -> str:
+    name = f"test_{next(_counter)}_{free_port()}"
+    with psycopg.connect(servers.admin_url, autocommit=True) as conn:
+        if template:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return servers.database_url(name)
+
+
+def drop_database(servers: Servers, url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(servers.admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(servers):
+    """A fresh, migrated database for this test alone."""
+    url = create_database(servers)
+    yield url
+    drop_database(servers, url)
+
+
+@pytest.fixture
+def empty_database_url(servers):
+    """A fresh database with no schema at all."""
+    url = create_database(servers, template=None)
+    yield url
+    drop_database(servers, url)
+
+
+@pytest.fixture
+def redis_url(servers):
+    """An empty Redis database for this test alone."""
+    client = redis.Redis.from_url(servers.redis_url)
+    client.flushdb()
+    yield servers.redis_url
+    client.flushdb()
+    client.close()

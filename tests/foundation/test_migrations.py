@@ -1,0 +1,60 @@
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pipeline import migrations
+from pipeline.db import connect
+from pipeline.errors import PipelineError
+from tests.schemadump import describe
+
+SNAPSHOT = Path(migrations.SCHEMA_DIR) / "snapshot.txt"
+
+
+def test_migrating_an_empty_database_reproduces_the_recorded_schema(empty_database_url, tmp_path):
+    # given an empty database, when every migration runs
+    applied = migrations.migrate(empty_database_url)
+    # then all files were applied and the schema is the one recorded in schema/snapshot.txt
+    assert [m.version for m in applied] == [m.version for m in migrations.discover()]
+    actual = describe(empty_database_url)
+    if actual != SNAPSHOT.read_text():
+        (tmp_path / "snapshot.actual.txt").write_text(actual)
+        pytest.fail(f"schema differs from {SNAPSHOT}; if the change is intended, regenerate it with "
+                    f"`python -m tests.schemadump URL > schema/snapshot.txt` (actual: {tmp_path}/snapshot.actual.txt)")
+
+
+def test_a_second_concurrent_migrate_is_a_no_op(empty_database_url):
+    # when two migrate runs start at the same time on an empty database
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: migrations.migrate(empty_database_url), range(2)))
+    # then one applied everything, the other nothing, and each migration is recorded once
+    assert sorted(len(r) for r in results) == [0, len(migrations.discover())]
+    with connect(empty_database_url) as conn:
+        rows = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    assert [r["version"] for r in rows] == [m.version for m in migrations.discover()]
+    assert migrations.migrate(empty_database_url) == []
+
+
+def test_a_database_whose_applied_migration_changed_is_refused(database_url):
+    # given a database whose record says migration 1 had other content
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE schema_migrations SET checksum = 'edited' WHERE version = 1")
+    # then migrate refuses, naming the file, and changes nothing
+    with pytest.raises(migrations.MigrationError, match="0001_core.sql changed after it was applied"):
+        migrations.migrate(database_url)
+
+
+def test_a_database_newer_than_the_code_is_refused(database_url):
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (999, 'future', 'x')")
+    with pytest.raises(migrations.MigrationError, match="migration 0999, which no file"):
+        migrations.migrate(database_url)
+
+
+def test_migration_files_must_be_numbered_without_gaps(tmp_path):
+    (tmp_path / "0001_a.sql").write_text("SELECT 1;")
+    (tmp_path / "0003_c.sql").write_text("SELECT 1;")
+    with pytest.raises(migrations.MigrationError, match="without gaps"):
+        migrations.discover(tmp_path)
+    assert issubclass(migrations.MigrationError, PipelineError)

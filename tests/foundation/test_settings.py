@@ -1,0 +1,39 @@
+import pytest
+
+from pipeline import settings
+from pipeline.errors import ConfigError
+
+
+def test_defaults_need_no_environment():
+    cfg = settings.load({})
+    assert cfg.port == 8000 and cfg.database_url is None and cfg.image.backend == "local"
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"PORT": "eighty"}, "PORT"),
+    ({"PORT": "70000"}, "PORT"),
+    ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
+    ({"REDIS_URL": "valkey://127.0.0.1:6379"}, "REDIS_URL"),
+    ({"SECRET_KEY": "short"}, "SECRET_KEY"),
+    ({"MAX_PENDING_TASKS": "0"}, "MAX_PENDING_TASKS"),
+    ({"LEASE_SECONDS": "-1"}, "LEASE_SECONDS"),
+    ({"IMAGE_PROVIDER": "dalle"}, "IMAGE_PROVIDER"),
+    ({"TTS_PROVIDER": "openai"}, "TTS_PROVIDER=openai needs"),
+    ({"IMAGE_HONOURS_IDEMPOTENCY_KEY": "maybe"}, "IMAGE_HONOURS_IDEMPOTENCY_KEY"),
+    ({"LEASE_SECONDS": "5", "HEARTBEAT_SECONDS": "10"}, "HEARTBEAT_SECONDS"),
+])
+def test_an_invalid_value_is_refused_with_its_name(env, named):
+    with pytest.raises(ConfigError, match=named):
+        settings.load(env)
+
+
+def test_valid_values_are_parsed():
+    cfg = settings.load({"PORT": "9001", "DATABASE_URL": "postgresql://u@h:5/db", "DEMO_MODE": "yes",
+                         "IMAGE_MAX_CONCURRENCY": "2", "TTS_READ_TIMEOUT": "1.5"})
+    assert (cfg.port, cfg.database_url, cfg.demo_mode) == (9001, "postgresql://u@h:5/db", True)
+    assert cfg.image.max_concurrency == 2 and cfg.tts.read_timeout == 1.5
+
+
+def test_secrets_stay_out_of_the_repr():
+    cfg = settings.load({"SECRET_KEY": "s3cr3t-s3cr3t-s3cr3t", "IMAGE_API_KEY": "sk-very-secret"})
+    assert "s3cr3t" not in repr(cfg) and "sk-very-secret" not in repr(cfg)

@@ -1,0 +1,56 @@
+"""Liveness and readiness: /healthz says the process answers, /readyz checks its dependencies."""
+
+from __future__ import annotations
+
+import psycopg
+import redis
+from flask import Blueprint, Flask, current_app, jsonify
+
+from pipeline import migrations
+from pipeline.db import connect
+
+bp = Blueprint("health", __name__)
+
+
+def init_app(app: Flask) -> None:
+    pass
+
+
+@bp.get("/healthz")
+def healthz():
+    return jsonify(status="ok")
+
+
+def _check_postgres(url: str | None) -> str | None:
+    if not url:
+        return "DATABASE_URL is not set"
+    try:
+        with connect(url) as conn:
+            todo = migrations.pending(conn)
+    except psycopg.Error as exc:
+        return f"PostgreSQL unreachable: {exc.__class__.__name__}"
+    except migrations.MigrationError as exc:
+        return f"schema mismatch: {exc}"
+    if todo:
+        return f"migrations missing: {', '.join(f'{m.version:04d}_{m.name}' for m in todo)}; run bin/migrate"
+    return None
+
+
+def _check_redis(url: str | None) -> str | None:
+    if not url:
+        return "REDIS_URL is not set"
+    try:
+        redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2).ping()
+    except redis.RedisError as exc:
+        return f"Redis unreachable: {exc.__class__.__name__}"
+    return None
+
+
+@bp.get("/readyz")
+def readyz():
+    cfg = current_app.config["SETTINGS"]
+    checks = {"postgres": _check_postgres(cfg.database_url), "redis": _check_redis(cfg.redis_url)}
+    failed = {name: problem for name, problem in checks.items() if problem}
+    body = {"status": "ready" if not failed else "not ready",
+            "checks": {name: (problem or "ok") for name, problem in checks.items()}}
+    return jsonify(body), (503 if failed else 200)
