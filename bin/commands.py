@@ -52,3 +52,73 @@ def migrate_main(argv: list[str]) -> int:
     if not applied:
         print("schema is current")
     return 0
+
+
+def _stop_flag():
+    import signal
+    import threading
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def reconcile_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bin/reconcile", description=(
+        "Recover what crashes and lost messages left behind. Exit codes: 0 done (or another run holds the "
+        "lock), 1 some actions failed (the others were applied), 2 cannot reach PostgreSQL."))
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one run (the default; for cron)")
+    mode.add_argument("--loop", type=float, metavar="SECONDS", help="run again every SECONDS (dev stack)")
+    parser.add_argument("--batch", type=int, default=500, help="rows per transaction (default 500)")
+    args = parser.parse_args(argv)
+    cfg = _settings()
+    from pipeline.db import connect
+    from pipeline.log import log
+    from pipeline.providerwork import build_providers
+    from pipeline.reconcile import Reconciler
+    stop = _stop_flag()
+    providers = build_providers(cfg)
+    status = 0
+    while True:
+        try:
+            with connect(cfg.database_url, autocommit=True) as conn:
+                report = Reconciler(cfg, conn, providers, batch=args.batch).run()
+        except psycopg.OperationalError as exc:
+            print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
+            status = 2
+        else:
+            if not report.locked:
+                print("another reconcile run holds the lock; nothing to do")
+            else:
+                log("reconcile_run", counts=report.counts, errors=report.errors)
+            status = 1 if report.errors else 0
+        if args.loop is None or stop.wait(args.loop):
+            return status
+
+
+def dispatch_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bin/dispatch", description=(
+        "Send due outbox rows to RQ. Exit codes: 0 stopped (or --once done), 2 cannot reach PostgreSQL."))
+    parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
+    args = parser.parse_args(argv)
+    cfg = _settings()
+    import redis
+    from pipeline import dispatch
+    from pipeline.db import connect
+    conn_redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    if args.once:
+        try:
+            with connect(cfg.database_url, autocommit=True) as conn:
+                total = 0
+                while (sent := dispatch.send_due(conn, conn_redis, claim_seconds=cfg.dispatch_claim_seconds)):
+                    total += sent
+        except psycopg.OperationalError as exc:
+            print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
+            return 2
+        print(f"sent {total}")
+        return 0
+    stop = _stop_flag()
+    dispatch.run_forever(lambda: connect(cfg.database_url, autocommit=True), conn_redis,
+                         claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set)
+    return 0

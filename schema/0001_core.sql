@@ -143,8 +143,6 @@ CREATE TABLE asset_inputs (
 );
 CREATE INDEX asset_inputs_by_sha ON asset_inputs (sha256);
 
-ALTER TABLE tasks ADD FOREIGN KEY (asset_sha256) REFERENCES assets (sha256);
-
 CREATE TABLE provider_calls (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     task_id         bigint NOT NULL REFERENCES tasks (id),
@@ -180,3 +178,22 @@ CREATE TABLE api_keys (
     created_at timestamptz NOT NULL DEFAULT now(),
     revoked_at timestamptz
 );
+
+-- Provider limits shared by every worker on every host: in-flight slots and calls per minute.
+CREATE TABLE provider_slots (
+    provider   text NOT NULL,
+    slot       integer NOT NULL CHECK (slot >= 1),
+    holder     uuid,
+    held_until timestamptz,
+    PRIMARY KEY (provider, slot),
+    CHECK ((holder IS NULL) = (held_until IS NULL))
+);
+
+CREATE TABLE provider_rate (
+    provider text NOT NULL,
+    minute   timestamptz NOT NULL,
+    calls    integer NOT NULL CHECK (calls >= 0),
+    PRIMARY KEY (provider, minute)
+);
+
+CREATE INDEX events_by_time ON events (at);

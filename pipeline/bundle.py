@@ -1,0 +1,57 @@
+"""The delivery bundle of a version: a zip with manifest.json and every media file.
+
+Deterministic: the same version content and media give the same bytes (fixed
+timestamps, sorted entries), so an unchanged version reuses its bundle.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import psycopg
+
+from pipeline import db
+from pipeline.errors import PipelineError
+from receipts.media import MediaStore
+
+EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
+              "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip"}
+
+
+def manifest(conn: psycopg.Connection, content_id: int, version: int) -> dict:
+    """The manifest of a version whose media tasks all succeeded."""
+    row = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
+    tasks = {(t["kind"], t["block_key"]): t for t in db.all(conn, "tasks_of_version",
+                                                              {"content_id": content_id, "version": version})}
+    blocks = []
+    for block in row["blocks"]:
+        entry = {"key": block["key"], "text": block["text"]}
+        for kind, label in (("image", "image"), ("tts", "audio")):
+            task = tasks.get((kind, block["key"]))
+            if task is None or task["status"] != "succeeded":
+                raise PipelineError(f"block {block['key']}: its {label} is not ready")
+            asset = db.one(conn, "assets_get", {"sha256": task["asset_sha256"]})
+            ext = EXTENSIONS.get(asset["media_type"], "bin")
+            entry[label] = {"file": f"{label}/{block['key']}.{ext}", "sha256": asset["sha256"],
+                            "media_type": asset["media_type"], "size": asset["size"]}
+        blocks.append(entry)
+    return {"content_id": content_id, "version": version, "title": row["title"], "locale": row["locale"],
+            "blocks": blocks}
+
+
+def build(conn: psycopg.Connection, store: MediaStore, content_id: int, version: int) -> bytes:
+    doc = manifest(conn, content_id, version)
+    files = {"manifest.json": json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()}
+    for block in doc["blocks"]:
+        for label in ("image", "audio"):
+            files[block[label]["file"]] = store.read(block[label]["sha256"])
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=(2000, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if name.endswith((".webp", ".png", ".jpg", ".mp3")) \
+                else zipfile.ZIP_DEFLATED
+            archive.writestr(info, files[name])
+    return out.getvalue()

@@ -1,0 +1,134 @@
+"""API keys: roles, hashed storage, create / list / revoke, and who may do what.
+
+A token is 32 random bytes (URL-safe text with a short readable prefix). Only
+its sha256 is stored: tokens are high-entropy, so a plain hash is enough and a
+lookup is one indexed equality. The token itself is returned once, at creation.
+This module never logs or stores a token in clear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from pipeline import db
+from pipeline.errors import InvalidInput, NotFound
+
+ROLES = ("editor", "reviewer", "admin")
+TOKEN_PREFIX = "mp_"
+DEV_ADMIN_OWNER = "dev-admin"
+LAB_OWNER = "lab"
+
+# What each role may do. Reading is open to every role; admin may do everything.
+PERMISSIONS: dict[str, frozenset[str]] = {
+    "editor": frozenset({"read", "edit"}),
+    "reviewer": frozenset({"read", "review"}),
+    "admin": frozenset({"read", "edit", "review", "admin"}),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the key's owner names every recorded action."""
+
+    key_id: int
+    owner: str
+    role: str
+    key_prefix: str
+
+    def may(self, permission: str) -> bool:
+        return permission in PERMISSIONS.get(self.role, frozenset())
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    id: int
+    owner: str
+    role: str
+    key_prefix: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def roles_allowed(permission: str) -> list[str]:
+    return [role for role in ROLES if permission in PERMISSIONS[role]]
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def _check(owner: str, role: str) -> str:
+    owner = (owner or "").strip()
+    if not 1 <= len(owner) <= 100:
+        raise InvalidInput("owner must be 1 to 100 characters, e.g. an e-mail address", field="owner")
+    if role not in ROLES:
+        raise InvalidInput(f"role {role!r} is unknown; choose one of {', '.join(ROLES)}", field="role")
+    return owner
+
+
+def _insert(conn: psycopg.Connection, owner: str, role: str, token: str) -> KeyInfo:
+    row = db.one(conn, "api_keys_insert", {"owner": owner, "role": role, "key_prefix": token[:10],
+                                           "key_hash": hash_token(token)})
+    return KeyInfo(**row)
+
+
+def create(conn: psycopg.Connection, owner: str, role: str) -> tuple[KeyInfo, str]:
+    """A new key for `owner` with `role`; returns its record and the token (shown once, never stored)."""
+    owner = _check(owner, role)
+    token = new_token()
+    with conn.transaction():
+        return _insert(conn, owner, role, token), token
+
+
+def list_keys(conn: psycopg.Connection) -> list[KeyInfo]:
+    return [KeyInfo(**row) for row in db.all(conn, "api_keys_list")]
+
+
+def revoke(conn: psycopg.Connection, key_id: int) -> KeyInfo:
+    with conn.transaction():
+        row = db.one(conn, "api_keys_revoke", {"key_id": key_id})
+    if row is None:
+        raise NotFound(f"no live API key with id {key_id}; `bin/keys list` shows the ids")
+    return KeyInfo(**row)
+
+
+def authenticate(conn: psycopg.Connection, token: str | None) -> Principal | None:
+    """The principal a token belongs to, or None for a missing, unknown or revoked token."""
+    if not token or len(token) > 200:
+        return None
+    row = db.one(conn, "api_keys_by_hash", {"key_hash": hash_token(token)})
+    return Principal(row["id"], row["owner"], row["role"], row["key_prefix"]) if row else None
+
+
+def by_id(conn: psycopg.Connection, key_id: int) -> Principal | None:
+    row = db.one(conn, "api_keys_get_live", {"key_id": key_id})
+    return Principal(row["id"], row["owner"], row["role"], row["key_prefix"]) if row else None
+
+
+def ensure_admin_key(conn: psycopg.Connection, lab_key: str | None) -> str | None:
+    """Make sure the dev stack can be used on first start.
+
+    With `lab_key` (LAB_API_KEY) that token becomes an admin key (stored hashed) if it is
+    not one already; the caller knows it, so nothing is returned. Without it, an admin key
+    is created only when no live admin key exists, and its token is returned to print once.
+    """
+    with conn.transaction():
+        db.execute(conn, "api_keys_lock")
+        if lab_key:
+            if not db.scalar(conn, "api_keys_hash_known", {"key_hash": hash_token(lab_key)}):
+                _insert(conn, LAB_OWNER, "admin", lab_key)
+            return None
+        if db.scalar(conn, "api_keys_live_admins"):
+            return None
+        token = new_token()
+        _insert(conn, DEV_ADMIN_OWNER, "admin", token)
+        return token

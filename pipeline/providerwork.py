@@ -1,0 +1,152 @@
+"""The executor that spends money: one provider call per attempt, bracketed by receipts.
+
+Order of one attempt: take a provider slot and a rate token (else Busy), check the
+lease, write the intent receipt (durable), call the provider outside any
+transaction, store the asset file, write the result receipt (durable), record the
+call in the ledger. Anything that goes wrong before the intent receipt is
+`Transient` (the provider was provably not called). After it, the provider's own
+classification holds; an `Ambiguous` answer from a provider that honours
+idempotency keys becomes `Transient`, since a repeat with the same key returns
+the first result instead of charging again.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Iterator
+
+import psycopg
+
+from pipeline import bundle, db
+from pipeline.db import connect
+from pipeline.engine import Asset, Task
+from pipeline.errors import Ambiguous, Busy, ProviderError, Transient
+from pipeline.fingerprint import idempotency_key
+from pipeline.settings import ProviderSettings, Settings
+from pipeline.work import WorkContext
+from providers.base import GenerateRequest, Provider, Result
+from providers.registry import ProviderConfig, build_provider
+from receipts.calls import Intent, Outcome, ReceiptBook, now
+from receipts.media import MediaStore
+
+PROVIDER_KIND = {"image": "image", "tts": "audio"}
+
+
+def provider_config(p: ProviderSettings) -> ProviderConfig:
+    extra = {"base_url": p.base_url} if p.base_url else {}
+    return ProviderConfig(backend=p.backend, api_key=p.api_key, model=p.model, size=p.size, voice=p.voice,
+                          honours_idempotency_key=p.honours_idempotency_key, connect_timeout=p.connect_timeout,
+                          read_timeout=p.read_timeout, **extra)
+
+
+def build_providers(cfg: Settings) -> dict[str, Provider]:
+    return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
+                                 journal_dir=cfg.media_dir / "provider-journal" / kind)
+            for kind in ("image", "tts")}
+
+
+def request_for(task: Task) -> GenerateRequest:
+    data = task.input
+    key = idempotency_key(task.fingerprint, task.id)
+    if task.kind == "image":
+        return GenerateRequest("image", data["prompt"], {"model": data["model"], "size": data["size"],
+                                                         "theme": data.get("theme")}, key)
+    return GenerateRequest("audio", data["text"], {"model": data["model"], "voice": data["voice"],
+                                                   "locale": data["locale"]}, key)
+
+
+def asset_of(sha256: str, result: Result) -> Asset:
+    meta = result.metadata or {}
+    return Asset(sha256, result.media_type, len(result.data), meta.get("width"), meta.get("height"),
+                 meta.get("duration_ms"))
+
+
+@dataclass
+class Limits:
+    """Provider slots and per-minute rate, shared through PostgreSQL by every worker."""
+
+    conn: Callable[[], psycopg.Connection]
+
+    @contextmanager
+    def slot(self, provider: str, p: ProviderSettings) -> Iterator[None]:
+        conn, holder = self.conn(), uuid.uuid4()
+        db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
+        row = db.one(conn, "provider_slots_take", {"provider": provider, "max": p.max_concurrency, "holder": holder,
+                                                   "hold_seconds": p.connect_timeout + p.read_timeout + 30})
+        if row is None:
+            raise Busy(f"{provider}: all {p.max_concurrency} call slots are in use", retry_after=1.0)
+        try:
+            rate = db.one(conn, "provider_rate_take", {"provider": provider, "limit": p.rate_per_minute})
+            if rate is None:
+                raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
+                           retry_after=60 - datetime.now(timezone.utc).second)
+            yield
+        finally:
+            db.execute(self.conn(), "provider_slots_release",
+                       {"provider": provider, "slot": row["slot"], "holder": holder})
+
+
+class ProviderExecutor:
+    def __init__(self, cfg: Settings, providers: dict[str, Provider], store: MediaStore, book: ReceiptBook,
+                 conn: Callable[[], psycopg.Connection]) -> None:
+        self.cfg, self.providers, self.store, self.book, self.conn = cfg, providers, store, book, conn
+        self.limits = Limits(conn)
+
+    @classmethod
+    def from_settings(cls, cfg: Settings) -> "ProviderExecutor":
+        kept: dict[str, psycopg.Connection] = {}
+
+        def conn() -> psycopg.Connection:
+            current = kept.get("c")
+            if current is None or current.closed or current.broken:
+                current = kept["c"] = connect(cfg.database_url, autocommit=True)
+            return current
+        return cls(cfg, build_providers(cfg), MediaStore(cfg.media_dir), ReceiptBook(cfg.media_dir), conn)
+
+    def execute(self, task: Task, ctx: WorkContext) -> Asset:
+        if task.kind == "bundle":
+            data = bundle.build(self.conn(), self.store, task.content_id, task.version)
+            return Asset(self.store.put(data), "application/zip", len(data))
+        provider = self.providers[task.kind]
+        settings: ProviderSettings = getattr(self.cfg, task.kind)
+        try:
+            request = request_for(task)
+            name = f"{provider.name}:{task.kind}"
+            with self.limits.slot(name, settings):
+                ctx.check()
+                return self._call(task, ctx, provider, settings, request)
+        except (ProviderError, psycopg.Error) as exc:
+            if isinstance(exc, psycopg.Error):
+                raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
+            raise
+
+    def _call(self, task: Task, ctx: WorkContext, provider: Provider, settings: ProviderSettings,
+              request: GenerateRequest) -> Asset:
+        self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name, provider.model,
+                                      task.fingerprint, request.idempotency_key, now()))
+        started = time.monotonic()
+        record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key)
+        try:
+            result = provider.generate(request)
+        except ProviderError as exc:
+            elapsed = int((time.monotonic() - started) * 1000)
+            charged = isinstance(exc, Ambiguous)
+            ctx.record_call(**record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
+                            latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
+            if isinstance(exc, Ambiguous) and provider.honours_idempotency_key:
+                raise Transient(f"{exc} (safe to repeat: the provider honours idempotency keys)",
+                                http_status=exc.http_status) from exc
+            raise
+        elapsed = int((time.monotonic() - started) * 1000)
+        sha = self.store.put(result.data)
+        asset = asset_of(sha, result)
+        self.book.write_result(Outcome(task.id, task.attempts, str(task.lease_token), result.provider_request_id,
+                                       sha, asset.size, asset.media_type, asset.width, asset.height,
+                                       asset.duration_ms, elapsed, now()))
+        ctx.record_call(**record, outcome="succeeded", http_status=200, latency_ms=elapsed,
+                        cost=settings.cost_per_call)
+        return asset

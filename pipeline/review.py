@@ -1,0 +1,200 @@
+"""Decisions people make about versions and tasks: approve, retry, resolve, and the delivery gate.
+
+Each action is one short transaction around a guarded UPDATE (`... WHERE <expected
+state> RETURNING`): zero rows means someone else changed the row first, and the
+action raises `Conflict` having written nothing. Every action writes an event
+naming the person (the API key's owner). The decision parts (`delivery_blockers`)
+are pure functions of rows. This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Iterable
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pipeline import bundle, db
+from pipeline.errors import Conflict, NotFound, StaleTransition
+from pipeline.settings import Settings
+from pipeline.states import PENDING, TaskStatus, check_transition
+
+# Who an API key's holder acts as in the state machine (pipeline.states.TRANSITIONS).
+EDITOR = "editor"
+DUPLICATE_RISK = ("The provider may already have done this work and charged for it; we could not confirm. "
+                  "Retrying may pay for it twice. Send {\"accept_duplicate_risk\": true} to retry anyway, "
+                  "or resolve the task as failed after checking the provider's dashboard.")
+
+
+@dataclass(frozen=True)
+class Approval:
+    content_id: int
+    version: int
+    approved_at: datetime
+    approved_by: str
+
+
+@dataclass(frozen=True)
+class Reopened:
+    task_id: int
+    status: str
+    attempts: int
+    max_attempts: int
+    deadline_at: datetime
+    outbox_ids: tuple[int, ...] = ()     # the caller may send these at once (fast path)
+
+
+@dataclass(frozen=True)
+class Blockers:
+    """Why a version cannot be delivered; empty when it can."""
+
+    version: int | None
+    not_approved: bool = False
+    pending: tuple[int, ...] = ()
+    unknown: tuple[int, ...] = ()
+    failed: tuple[int, ...] = ()
+    cancelled: tuple[int, ...] = ()     # superseded or cancelled: this version will never complete
+    reasons: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        return {"version": self.version, "reasons": list(self.reasons), "pending": list(self.pending),
+                "unknown": list(self.unknown), "failed": list(self.failed), "cancelled": list(self.cancelled)}
+
+
+def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_status: str | None,
+           from_status: str | None, reason: str, details: dict | None = None, task_id: int | None = None) -> None:
+    db.execute(conn, "events_insert_transition", {
+        "task_id": task_id, "content_id": row["content_id"], "version": row["version"], "action": action,
+        "from_status": from_status, "to_status": to_status, "actor": actor, "attempt": row.get("attempts"),
+        "reason": reason, "details": Jsonb(details) if details else None})
+
+
+def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> Approval:
+    """Approve a version whose media all succeeded; refused for a version older than the approved one."""
+    with conn.transaction():
+        content = db.one(conn, "contents_lock", {"content_id": content_id})
+        if content is None or db.one(conn, "versions_get", {"content_id": content_id, "version": version}) is None:
+            raise NotFound(f"content {content_id} has no version {version}")
+        approved = content["approved_version"]
+        if approved is not None and version < approved:
+            raise Conflict(f"version {version} is older than the approved version {approved}; approve version "
+                           f"{approved} or a newer one", code="older_than_approved",
+                           details={"approved_version": approved})
+        missing = db.all(conn, "tasks_media_not_succeeded", {"content_id": content_id, "version": version})
+        if missing:
+            listed = ", ".join(f"{t['kind']} of {t['block_key']} is {t['status']}" for t in missing[:10])
+            raise Conflict(f"version {version} is not complete: {listed}; approve it once every image and "
+                           "narration has succeeded", code="version_incomplete",
+                           details={"tasks": [{"id": t["id"], "status": t["status"]} for t in missing]})
+        row = db.one(conn, "contents_approve", {"content_id": content_id, "version": version, "actor": actor})
+        if row is None:
+            raise Conflict(f"version {version} changed while approving; reload and try again", code="stale")
+        _event(conn, {"content_id": content_id, "version": version}, "approved", actor=actor, to_status=None,
+               from_status=None, reason=f"version {version} approved for delivery")
+    return Approval(content_id, version, row["approved_at"], row["approved_by"])
+
+
+def _task_for_action(conn: psycopg.Connection, task_id: int, target: TaskStatus) -> dict:
+    task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
+    if task is None:
+        raise NotFound(f"task {task_id} does not exist")
+    try:
+        check_transition(task["status"], target, EDITOR)
+    except StaleTransition as exc:
+        raise Conflict(f"task {task_id} is {task['status']}: {exc}; only failed or unknown tasks can be "
+                       "retried, and only unknown ones resolved", code="invalid_transition",
+                       details={"status": task["status"]}) from None
+    return task
+
+
+def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
+          accept_duplicate_risk: bool = False) -> Reopened:
+    """An editor sends a failed task (or, accepting the risk, an unknown one) back to `ready`.
+
+    The attempt budget reopens (`max_attempts = attempts + MAX_ATTEMPTS`) and the task gets a fresh
+    deadline of TASK_DEADLINE_SECONDS from now, shared with dependents still waiting on it
+    (see docs/decisions.md). The dead letter moves into the event's details.
+    """
+    with conn.transaction():
+        task = _task_for_action(conn, task_id, TaskStatus.READY)
+        unknown = task["status"] == TaskStatus.UNKNOWN.value
+        if unknown and not accept_duplicate_risk:
+            raise Conflict(f"task {task_id} has an unknown outcome. {DUPLICATE_RISK}", code="duplicate_risk")
+        if task["version"] != task["current_version"]:
+            raise Conflict(f"task {task_id} belongs to version {task['version']}, but version "
+                           f"{task['current_version']} is current; retry its tasks there", code="not_current")
+        if task["cancel_requested_at"] is not None:
+            raise Conflict(f"version {task['version']} was cancelled; save a new version to run it again",
+                           code="version_cancelled")
+        dead = db.one(conn, "dead_letters_take", {"task_id": task_id})
+        row = db.one(conn, "tasks_manual_retry", {"task_id": task_id, "from_status": task["status"],
+                                                  "budget": cfg.max_attempts,
+                                                  "deadline_seconds": cfg.deadline_seconds})
+        if row is None:
+            raise Conflict(f"task {task_id} changed while retrying; reload and try again", code="stale")
+        action, reason = (("duplicate_risk_accepted", "retry accepted with the risk of a duplicate charge")
+                          if unknown else ("manual_retry", "retried by an editor"))
+        _event(conn, row, action, actor=actor, from_status=task["status"], to_status="ready", reason=reason,
+               task_id=task_id, details={"dead_letter": dead, "max_attempts": row["max_attempts"]} if dead
+               else {"max_attempts": row["max_attempts"]})
+        db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
+        outbox = []
+        if not db.scalar(conn, "tasks_unmet_dependencies", {"task_id": task_id}):
+            added = db.one(conn, "outbox_add", {"task_id": task_id, "queue": row["kind"],
+                                                "available_at": row["available_at"]})
+            outbox = [added["id"]] if added else []
+    return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"],
+                    tuple(outbox))
+
+
+def resolve_failed(conn: psycopg.Connection, task_id: int, note: str, *, actor: str) -> dict:
+    """An editor closes an `unknown` task as failed (e.g. after checking the vendor's dashboard)."""
+    with conn.transaction():
+        _task_for_action(conn, task_id, TaskStatus.FAILED)
+        row = db.one(conn, "tasks_resolve_failed", {"task_id": task_id, "last_error": f"resolved: {note}"[:2000]})
+        if row is None:
+            raise Conflict(f"task {task_id} changed while resolving; reload and try again", code="stale")
+        _event(conn, row, "resolved_failed", actor=actor, from_status="unknown", to_status="failed",
+               reason=note[:2000], task_id=task_id)
+    return row
+
+
+def delivery_blockers(approved_version: int | None, current_version: int, tasks: Iterable[dict]) -> Blockers:
+    """Why the approved version (or, with none approved, the current one) cannot be delivered. Pure."""
+    groups: dict[str, list[int]] = {"pending": [], "unknown": [], "failed": [], "cancelled": []}
+    for task in tasks:
+        status = TaskStatus(task["status"])
+        if status in PENDING:
+            groups["pending"].append(task["id"])
+        elif status is TaskStatus.UNKNOWN:
+            groups["unknown"].append(task["id"])
+        elif status is TaskStatus.FAILED:
+            groups["failed"].append(task["id"])
+        elif status is not TaskStatus.SUCCEEDED:
+            groups["cancelled"].append(task["id"])
+    reasons = (["not_approved"] if approved_version is None else []) + [k for k, ids in groups.items() if ids]
+    return Blockers(approved_version or current_version or None, approved_version is None,
+                    *(tuple(groups[k]) for k in ("pending", "unknown", "failed", "cancelled")),
+                    reasons=tuple(reasons))
+
+
+def delivery(conn: psycopg.Connection, content_id: int) -> dict:
+    """The manifest of the approved version, when it is approved and every task of it succeeded.
+
+    Raises Conflict (code `not_deliverable`, details from `Blockers.as_dict`) otherwise.
+    """
+    with conn.transaction():
+        content = db.one(conn, "contents_get", {"content_id": content_id})
+        if content is None:
+            raise NotFound(f"content {content_id} does not exist")
+        version = content["approved_version"] or content["current_version"]
+        tasks = db.all(conn, "tasks_of_version", {"content_id": content_id, "version": version})
+        blockers = delivery_blockers(content["approved_version"], content["current_version"], tasks)
+        if blockers.reasons:
+            raise Conflict(f"content {content_id} cannot be delivered yet: {', '.join(blockers.reasons)}",
+                           code="not_deliverable", details=blockers.as_dict())
+        doc = bundle.manifest(conn, content_id, version)
+    package = next(t for t in tasks if t["kind"] == "bundle")
+    return {**doc, "approved": True, "bundle": {"sha256": package["asset_sha256"]}}

@@ -1,0 +1,219 @@
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import redis
+
+from pipeline import db, dispatch, engine, versions
+from pipeline.db import connect
+from pipeline.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
+from tests.helpers import draft, task_rows, wait_until, work_burst
+
+
+def send_all(conn, cfg):
+    return dispatch.send_due(conn, redis.Redis.from_url(cfg.redis_url))
+
+
+def statuses(conn, content_id):
+    return [r["status"] for r in conn.execute("SELECT status FROM tasks WHERE content_id = %s ORDER BY id",
+                                              (content_id,))]
+
+
+def test_a_saved_lesson_runs_to_completion_on_an_rq_worker(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(2), cfg, actor="a")
+    assert send_all(conn, cfg) == 4
+    work_burst(rt)
+    # the bundle was sent by the worker that completed the last media task (fast path), then ran
+    assert statuses(conn, saved.content_id) == ["succeeded"] * 5
+    attempts = conn.execute("SELECT attempts, dispatches FROM tasks").fetchall()
+    assert {(r["attempts"], r["dispatches"]) for r in attempts} == {(1, 1)}
+    assert len(executor.calls) == 5
+
+
+def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
+    start = threading.Barrier(2)
+
+    def claim(name):
+        with connect(cfg.database_url, autocommit=True) as c:
+            start.wait()
+            return engine.claim(c, task_id, worker=name, lease_seconds=30)
+    results = []
+    threads = [threading.Thread(target=lambda n=n: results.append(claim(n))) for n in ("w1", "w2")]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(r is None for r in results) == [False, True]
+    row = db.one(conn, "tasks_get", {"task_id": task_id})
+    assert (row["status"], row["attempts"]) == ("running", 1)
+
+
+def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
+    stale = engine.claim(conn, task_id, worker="w1", lease_seconds=0.5)
+    # given the lease expires and the task is handed to a new holder (as the reconciler does)
+    wait_until(lambda: conn.execute("SELECT lease_until < now() AS gone FROM tasks WHERE id = %s",
+                                    (task_id,)).fetchone()["gone"])
+    conn.execute("UPDATE tasks SET status = 'retry', lease_token = NULL, lease_until = NULL WHERE id = %s", (task_id,))
+    fresh = engine.claim(conn, task_id, worker="w2", lease_seconds=30)
+    assert fresh is not None and fresh.lease_token != stale.lease_token
+    asset = engine.Asset("a" * 64, "image/png", 1)
+    # then every exit of the stale holder is refused and writes nothing
+    with pytest.raises(LeaseLost):
+        engine.succeed(conn, stale, asset, actor="w1")
+    for error in (Transient("x"), Permanent("x"), Ambiguous("x")):
+        with pytest.raises(LeaseLost):
+            engine.fail_attempt(conn, stale, error, cfg, actor="w1", now=datetime.now(timezone.utc))
+    assert not engine.heartbeat(conn, stale, 30).alive
+    row = db.one(conn, "tasks_get", {"task_id": task_id})
+    assert (row["status"], str(row["lease_token"])) == ("running", str(fresh.lease_token))
+    assert conn.execute("SELECT count(*) AS n FROM assets").fetchone()["n"] == 0
+    # while the new holder can complete
+    conn.execute("INSERT INTO assets (sha256, media_type, size) VALUES (%s, 'image/png', 1)", ("a" * 64,))
+    assert engine.succeed(conn, fresh, asset, actor="w2")[0].value == "succeeded"
+
+
+def test_a_duplicate_message_before_the_retry_time_neither_runs_nor_spends_an_attempt(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    image = task_rows(cfg.database_url, saved.content_id)[0]
+    executor.script[image["id"]] = [Transient("connection refused")]
+    send_all(conn, cfg)
+    work_burst(rt, ("image",))
+    row = db.one(conn, "tasks_get", {"task_id": image["id"]})
+    assert (row["status"], row["attempts"]) == ("retry", 1)
+    # when a duplicate message arrives while the retry waits (pushed straight to RQ)
+    conn.execute("UPDATE tasks SET available_at = now() + interval '1 hour' WHERE id = %s", (image["id"],))
+    dispatch.enqueue(rt.redis, [{"id": 0, "task_id": image["id"], "queue": "image"}])
+    work_burst(rt, ("image",))
+    row = db.one(conn, "tasks_get", {"task_id": image["id"]})
+    assert (row["status"], row["attempts"]) == ("retry", 1)
+    assert executor.calls.count(image["id"]) == 1
+
+
+def test_transient_errors_retry_with_growing_capped_delays_then_dead_letter(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    image = task_rows(cfg.database_url, saved.content_id)[0]
+    executor.script[image["id"]] = [Transient("refused")] * 3
+    delays = []
+    for attempt in (1, 2, 3):
+        wait_until(lambda: send_all(conn, cfg) or db.one(conn, "tasks_get", {"task_id": image["id"]})[
+            "status"] == "failed", timeout=10, message=f"attempt {attempt} dispatched")
+        work_burst(rt, ("image",))
+        row = db.one(conn, "tasks_get", {"task_id": image["id"]})
+        if row["status"] == "retry":
+            delays.append((row["available_at"] - row["updated_at"]).total_seconds())
+    assert (row["status"], row["attempts"]) == ("failed", 3)
+    assert len(delays) == 2 and all(0 <= d <= cfg.backoff_cap_seconds + 0.1 for d in delays)
+    dead = conn.execute("SELECT * FROM dead_letters WHERE task_id = %s", (image["id"],)).fetchone()
+    assert dead["reason"] == "attempts exhausted" and "refused" in dead["last_error"] and dead["attempts"] == 3
+
+
+def test_backoff_is_full_jitter_growing_and_capped():
+    import random
+    from pipeline.policy import backoff_seconds
+    rng = random.Random(7)
+    samples = {n: [backoff_seconds(n, 1.0, 30.0, rng) for _ in range(2000)] for n in (1, 3, 6, 10)}
+    assert max(samples[1]) <= 1.0 and max(samples[3]) <= 4.0 and max(samples[10]) <= 30.0
+    assert max(samples[6]) > 20 and min(samples[6]) < 2          # spread over [0, cap]: jitter
+    assert sum(samples[3]) / 2000 > sum(samples[1]) / 2000 * 2.5  # grows
+
+
+@pytest.mark.parametrize("error, status, attempts, dead", [
+    (Permanent("bad prompt", http_status=400), "failed", 1, "permanent error"),
+    (Ambiguous("read timeout after send"), "unknown", 1, None),
+    (Busy("429", retry_after=0.3), "retry", 0, None),
+])
+def test_each_error_class_leads_to_its_state(conn, cfg, rt, executor, error, status, attempts, dead):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    image = task_rows(cfg.database_url, saved.content_id)[0]
+    executor.script[image["id"]] = [error]
+    send_all(conn, cfg)
+    work_burst(rt, ("image",))
+    row = db.one(conn, "tasks_get", {"task_id": image["id"]})
+    assert (row["status"], row["attempts"]) == (status, attempts)
+    letter = conn.execute("SELECT reason FROM dead_letters WHERE task_id = %s", (image["id"],)).fetchone()
+    assert (letter and letter["reason"]) == dead
+    pending = conn.execute("SELECT count(*) AS n FROM outbox WHERE task_id = %s AND sent_at IS NULL",
+                           (image["id"],)).fetchone()["n"]
+    assert pending == (1 if status == "retry" else 0)   # unknown and failed are never re-queued by themselves
+
+
+def test_a_task_past_its_deadline_fails_at_claim_without_running(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    conn.execute("UPDATE tasks SET deadline_at = now() - interval '1 second' WHERE content_id = %s",
+                 (saved.content_id,))
+    send_all(conn, cfg)
+    work_burst(rt, ("image",))
+    image = task_rows(cfg.database_url, saved.content_id)[0]
+    assert (image["status"], image["attempts"]) == ("failed", 0)
+    assert executor.calls == []
+    assert conn.execute("SELECT reason FROM dead_letters").fetchone()["reason"] == "deadline passed"
+
+
+def test_a_new_version_refuses_the_completion_of_an_old_running_task(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    image = task_rows(cfg.database_url, saved.content_id)[0]
+    release, started = threading.Event(), threading.Event()
+    executor.script[image["id"]] = [lambda task, ctx: (started.set(), release.wait(20))]
+    send_all(conn, cfg)
+
+    def save_new_version_meanwhile():
+        wait_until(started.is_set, message="work started")
+        with connect(cfg.database_url, autocommit=True) as other:
+            versions.save(other, draft(1, prefix="v2"), cfg, actor="a", content_id=saved.content_id,
+                          base_version=1)
+        release.set()
+    editor = threading.Thread(target=save_new_version_meanwhile)
+    editor.start()
+    work_burst(rt, ("image",))
+    editor.join(30)
+    row = db.one(conn, "tasks_get", {"task_id": image["id"]})
+    assert row["status"] == "superseded" and row["asset_sha256"] is None
+    events = [e["reason"] for e in db.all(conn, "events_of_task", {"task_id": image["id"]})]
+    assert events == ["claimed", "superseded by version 2"]
+
+
+def test_the_bundle_runs_only_after_every_media_task_succeeded(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(2), cfg, actor="a")
+    rows = task_rows(cfg.database_url, saved.content_id)
+    bundle = rows[-1]
+    executor.script[rows[0]["id"]] = [Transient("once")]
+    send_all(conn, cfg)
+    work_burst(rt)
+    assert db.one(conn, "tasks_get", {"task_id": bundle["id"]})["status"] == "ready"
+    assert conn.execute("SELECT count(*) AS n FROM outbox WHERE task_id = %s", (bundle["id"],)).fetchone()["n"] == 0
+    # a message for the bundle now claims nothing
+    dispatch.enqueue(rt.redis, [{"id": 0, "task_id": bundle["id"], "queue": "bundle"}])
+    work_burst(rt, ("bundle",))
+    assert db.one(conn, "tasks_get", {"task_id": bundle["id"]})["attempts"] == 0
+    # once the retried image succeeds, the bundle is queued and runs
+    wait_until(lambda: send_all(conn, cfg), timeout=10, message="retry dispatched")
+    work_burst(rt)
+    assert statuses(conn, saved.content_id) == ["succeeded"] * 5
+    assert executor.calls[-1] == bundle["id"]
+
+
+def test_cancelling_a_version_cancels_waiting_tasks_now_and_the_running_one_at_its_check(conn, cfg, rt, executor):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    image, tts, bundle = task_rows(cfg.database_url, saved.content_id)
+    release, started = threading.Event(), threading.Event()
+    executor.script[image["id"]] = [lambda task, ctx: (started.set(), release.wait(20))]
+    send_all(conn, cfg)
+    redis.Redis.from_url(cfg.redis_url).delete("rq:queue:tts")  # keep the tts task waiting
+    cancelled_now = []
+
+    def cancel_meanwhile():
+        wait_until(started.is_set, message="image work started")
+        with connect(cfg.database_url, autocommit=True) as other:
+            cancelled_now.append(versions.cancel(other, saved.content_id, 1, actor="editor@x"))
+            cancelled_now.append(db.one(other, "tasks_get", {"task_id": image["id"]})["status"])
+        release.set()
+    editor = threading.Thread(target=cancel_meanwhile)
+    editor.start()
+    work_burst(rt, ("image",))
+    editor.join(30)
+    assert cancelled_now == [2, "running"]  # tts and bundle at once; the running image waits for its worker
+    assert statuses(conn, saved.content_id) == ["cancelled"] * 3
+    assert conn.execute("SELECT count(*) AS n FROM tasks WHERE asset_sha256 IS NOT NULL").fetchone()["n"] == 0

@@ -1,0 +1,104 @@
+"""A running system for process-level tests: real `rq worker` processes, the dispatcher and
+reconciler as the bin/ commands, the fake provider server, the test's PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from pipeline import settings as settings_mod
+from pipeline.db import connect
+from tests.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class System:
+    env: dict[str, str]
+    logs: Path
+    workers: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def cfg(self) -> settings_mod.Settings:
+        return settings_mod.load(self.env)
+
+    def db(self) -> psycopg.Connection:
+        return connect(self.env["DATABASE_URL"], autocommit=True)
+
+    def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
+        log = open(self.logs / f"{name}-{len(self.workers)}.log", "ab")
+        env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
+        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def start_worker(self, queue: str) -> subprocess.Popen:
+        proc = self._spawn(["-m", "pipeline.worker", queue], f"worker-{queue}")
+        self.workers.append(proc)
+        return proc
+
+    def run(self, command: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, str(ROOT / "bin" / command), *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def dispatch(self) -> str:
+        result = self.run("dispatch", "--once")
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def reconcile(self) -> subprocess.CompletedProcess:
+        result = self.run("reconcile", "--once")
+        assert result.returncode in (0, 1), result.stderr
+        return result
+
+    def stop(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+        for proc in self.workers:
+            proc.wait(10)
+
+    def task(self, task_id: int) -> dict:
+        with self.db() as conn:
+            return conn.execute("SELECT * FROM tasks WHERE id = %s", (task_id,)).fetchone()
+
+    def wait_status(self, task_id: int, *statuses: str, timeout: float = 30) -> dict:
+        return wait_until(lambda: (row := self.task(task_id))["status"] in statuses and row, timeout=timeout,
+                          message=f"task {task_id} reaching {statuses}")
+
+    def waiting_on_lock(self, timeout: float = 20) -> None:
+        """Until some other session waits on a lock (a worker we blocked on purpose)."""
+        def waiting():
+            with self.db() as conn:
+                return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                    "AND datname = current_database()").fetchone()["n"]
+        wait_until(waiting, timeout=timeout, message="a session waiting on a lock")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def drain(system: System, content_id: int, timeout: float = 60, done=("succeeded", "failed", "unknown",
+                                                                       "superseded", "cancelled")) -> list[dict]:
+    """Dispatch and reconcile until every task of the content is terminal or unknown."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with system.db() as conn:
+            rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (content_id,)).fetchall()
+        if all(r["status"] in done for r in rows):
+            return rows
+        if time.monotonic() > deadline:
+            raise AssertionError(f"tasks not finished: {[(r['id'], r['status']) for r in rows]}")
+        system.dispatch()
+        system.reconcile()
+        time.sleep(0.3)
