@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 KINDS = ("image", "audio")
 
@@ -70,7 +70,7 @@ class Unsupported:
     """Lookup answer: this provider cannot be asked what happened to a key."""
 
 
-LookupAnswer = Union[Found, NotFound, Unsupported]
+LookupAnswer = Found | NotFound | Unsupported
 
 
 @runtime_checkable

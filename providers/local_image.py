@@ -72,7 +72,7 @@ def _split_long(word: str, max_width: float, measure: Measure) -> list[str]:
             current = char
         else:
             current += char
-    return pieces + [current] if current else pieces
+    return [*pieces, current] if current else pieces
 
 
 def wrap_paragraph(text: str, max_width: float, measure: Measure) -> list[str]:
@@ -84,14 +84,15 @@ def wrap_paragraph(text: str, max_width: float, measure: Measure) -> list[str]:
             space = bool(line)
             continue
         candidate = f"{line}{' ' if space else ''}{token}"
-        if not line or measure(candidate) <= max_width or token[0] in _NO_LINE_START:
-            line = candidate
-        else:
-            lines.append(line)
-            line = token
         space = False
-        if measure(line) > max_width and token[0] not in _NO_LINE_START:
-            *done, line = _split_long(line, max_width, measure)
+        if line and (token[0] in _NO_LINE_START or measure(candidate) <= max_width):
+            line = candidate
+            continue
+        if line:
+            lines.append(line)
+        line = token
+        if len(token) > 1 and measure(token) > max_width:
+            *done, line = _split_long(token, max_width, measure)
             lines.extend(done)
     if line:
         lines.append(line)
@@ -136,7 +137,7 @@ def _shapes(card: Image.Image, colours: list, rng: random.Random) -> Image.Image
     layer = Image.new("RGBA", card.size, (0, 0, 0, 0))
     draw = ImageDraw.Draw(layer)
     for _ in range(rng.randint(6, 10)):
-        colour = rng.choice(colours[2:]) + (rng.randint(60, 150),)
+        colour = (*rng.choice(colours[2:]), rng.randint(60, 150))
         cx, cy = rng.uniform(0, width), rng.uniform(0, height * 0.7)
         radius = rng.uniform(0.06, 0.28) * min(width, height)
         box = (cx - radius, cy - radius, cx + radius, cy + radius)
@@ -154,31 +155,48 @@ def _shapes(card: Image.Image, colours: list, rng: random.Random) -> Image.Image
     return Image.alpha_composite(card, layer)
 
 
+def panel_padding(size: int) -> int:
+    return round(size * 0.9)
+
+
+def text_width(width: int, size: int) -> float:
+    """Room for text inside the panel (84 % of the card) at font `size`."""
+    return max(float(size), width * 0.84 - 2 * panel_padding(size))
+
+
 def fit_text(prompt: str, width: int, height: int, font_for: FontFor) -> tuple[ImageFont.FreeTypeFont, list[str]]:
     """Largest font size (down to a floor) whose wrapped text fits the panel."""
-    max_width, max_height = width * 0.76, height * 0.42
-    size = max(12, height // 14)
-    while True:
-        font = font_for(size)
-        lines = wrap_text(prompt, max_width, font.getlength)
-        line_height = size * 1.35
-        fits = len(lines) * line_height <= max_height
-        if fits or size <= 12 or size <= height // 48:
-            break
-        size -= max(1, size // 10)
-    keep = max(1, int(max_height // line_height))
+    max_height = height * 0.42
+    smallest, largest = max(12, height // 48), max(12, height // 14)
+    # No glyph is narrower than about 0.2 em, so text past this many characters
+    # cannot be shown even at the smallest size; wrapping it would only cost time.
+    visible = prompt[: int(width * max_height / (0.2 * smallest * 1.35 * smallest))]
+
+    def wrapped(size: int) -> list[str]:
+        return wrap_text(visible, text_width(width, size), font_for(size).getlength)
+
+    def fits(size: int) -> bool:
+        return len(wrapped(size)) * size * 1.35 <= max_height
+
+    # Fewer lines at smaller sizes: binary search for the largest size that fits.
+    low, high = smallest, largest
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    lines = wrapped(low)
+    keep = max(1, int(max_height // (low * 1.35)))
     if len(lines) > keep:
         # Too long even at the smallest size: show what fits and mark the cut.
         lines = lines[:keep]
         lines[-1] = lines[-1][: max(0, len(lines[-1]) - 1)] + "…"
-    return font, lines
+    return font_for(low), lines
 
 
 def _panel(card: Image.Image, prompt: str, font_for: FontFor) -> Image.Image:
     width, height = card.size
     font, lines = fit_text(prompt, width, height, font_for)
     line_height = round(font.size * 1.35)
-    pad = round(font.size * 0.9)
+    pad = panel_padding(font.size)
     text_height = line_height * len(lines)
     top = height - round(height * 0.06) - text_height - 2 * pad
     layer = Image.new("RGBA", card.size, (0, 0, 0, 0))

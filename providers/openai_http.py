@@ -7,10 +7,11 @@ four provider error classes. That translation happens in exactly one
 function, `classify`, and it follows one question: could the provider have
 executed (and charged) the request?
 
-* provably not sent (connection refused, DNS, TLS handshake, connect timeout)
-  -> Transient;
+* provably not sent (connection refused, DNS, TLS handshake, connect
+  timeout; 408) -> Transient;
 * refused for good (400, 401, 403, 404, 422, other 4xx) -> Permanent;
-* rate limited (429, or 503 with Retry-After) -> Busy;
+* rate limited or still in progress (429, 503 with Retry-After; 409, the
+  idempotency key's first request is still running) -> Busy;
 * anything after the request may have arrived (read timeout, connection
   lost, 5xx, truncated or undecodable body) -> Ambiguous.
 
@@ -24,7 +25,9 @@ from __future__ import annotations
 import base64
 import email.utils
 import io
+import ssl
 import time
+import traceback
 import wave
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +41,9 @@ from .base import GenerateRequest, LookupAnswer, Result, Unsupported
 
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
 DEFAULT_RETRY_AFTER = 1.0
+# Where ssl errors raised during the handshake (or the hostname check right
+# after it) come from: no request byte has been written at that point.
+_HANDSHAKE_FRAMES = frozenset({"do_handshake", "_match_hostname", "match_hostname"})
 _AUDIO_TYPES = {
     "mp3": "audio/mpeg", "wav": "audio/wav", "opus": "audio/ogg", "aac": "audio/aac",
     "flac": "audio/flac", "pcm": "audio/L16",
@@ -86,9 +92,35 @@ def _provider_message(response: requests.Response) -> str:
     return (response.text or response.reason or "").strip()[:300]
 
 
+def _causes(exc: BaseException, limit: int = 8) -> list[BaseException]:
+    """`exc` and what it wraps (urllib3 keeps the cause in `.reason` or `args[0]`)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < limit and current not in chain:
+        chain.append(current)
+        inner = getattr(current, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = current.args[0] if current.args and isinstance(current.args[0], BaseException) else None
+        current = inner or current.__cause__ or current.__context__
+    return chain
+
+
+def _failed_in_handshake(exc: BaseException) -> bool:
+    # requests raises the same SSLError for a failed handshake and for a TLS
+    # error while reading the answer; only where the ssl error was raised
+    # tells whether request bytes had left. Unknown -> not provably unsent.
+    for cause in _causes(exc):
+        if isinstance(cause, (ssl.SSLError, ssl.CertificateError)) or type(cause).__name__ == "CertificateError":
+            frames = traceback.walk_tb(cause.__traceback__)
+            return any(frame.f_code.co_name in _HANDSHAKE_FRAMES for frame, _ in frames)
+    return False
+
+
 def _sent_nothing(exc: requests.RequestException) -> bool:
     """True only when the failure provably happened before the request left us."""
-    if isinstance(exc, (requests.ConnectTimeout, requests.exceptions.SSLError, requests.exceptions.ProxyError)):
+    if isinstance(exc, requests.exceptions.SSLError):
+        return _failed_in_handshake(exc)
+    if isinstance(exc, (requests.ConnectTimeout, requests.exceptions.ProxyError)):
         return True
     if isinstance(exc, requests.ConnectionError) and exc.args:
         reason = exc.args[0]
@@ -105,6 +137,13 @@ def _classify_status(response: requests.Response) -> ProviderError:
     retry_after = response.headers.get("Retry-After")
     if status == 429 or (status == 503 and retry_after is not None):
         return Busy(message, retry_after=parse_retry_after(retry_after), http_status=status)
+    if status == 409:
+        # With an idempotency key, 409 means a request with this key is still
+        # being processed: its outcome will be known later, so wait.
+        return Busy(message, retry_after=parse_retry_after(retry_after), http_status=status)
+    if status == 408:
+        # The server gave up waiting for our request before it was complete.
+        return Transient(message, http_status=status)
     if status in PERMANENT_STATUSES or 400 <= status < 500:
         return Permanent(message, http_status=status)
     return Ambiguous(message, http_status=status)

@@ -22,8 +22,9 @@ its idempotency key, consumes the next behaviour. Actions:
     bad_base64  200 with JSON whose b64_json is not base64
 
 `execute` says whether a failing call (status, hang, drop, reset) was
-executed (charged) before failing; by default every action but `status` is. With `honour_keys` on, a request whose
-key was executed before gets the first answer back and is not executed again.
+executed (charged) before failing; by default every action but `status` is.
+With `honour_keys` on, a request whose key was executed before gets the first
+answer back and is not executed again (a scripted failure still fails).
 
 Refusing connections: `refuse_connections(seconds)` closes the listening
 socket, so connection attempts get ECONNREFUSED from the kernel (nothing is
@@ -35,8 +36,14 @@ Counters: requests and executions per idempotency key, requests in flight and
 their peak per endpoint ("image", "audio"). Everything is reachable from
 Python (`calls_for`, `max_in_flight`, `script`, `reset`, ...) and over HTTP
 (`GET /_fake/stats`, `POST /_fake/script`, `POST /_fake/reset`,
-`POST /_fake/release`) for tests that drive it from another process. While
-connections are refused, the control endpoints are unreachable too.
+`POST /_fake/release`) for tests that drive it from another process.
+`POST /_fake/script` takes JSON such as::
+
+    {"behaviours": [{"action": "status", "status": 503, "retry_after": "2"}],
+     "default": {"action": "ok"}, "honour_keys": true, "refuse_seconds": 1.5}
+
+While connections are refused, the control endpoints are unreachable too, so
+from another process refuse only for a period (`refuse_seconds`).
 """
 
 from __future__ import annotations
