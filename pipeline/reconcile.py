@@ -120,23 +120,32 @@ class Reconciler:
                 db.execute(self.conn, "dead_letters_insert", {"task_id": row["id"], "reason": action.dead_letter,
                                                               "last_error": action.reason,
                                                               "attempts": row["attempts"]})
-        log("reconciled", task_id=action.task_id, to=action.to.value, reason=action.reason, event=action.event)
+        log("reconciled", task_id=action.task_id, to=action.to.value, reason=action.reason, via=action.event)
         return True
 
-    def _decide_and_apply(self, query: str, decide, report: Report, label: str) -> None:
+    def _decide_and_apply(self, query: str, decide, report: Report, label: str, pages: int) -> None:
+        """Up to `pages` batches; each row is decided and applied in its own short transaction."""
         lookup_kinds = [kind for kind, p in self.providers.items() if p.supports_lookup]
-        for row in db.all(self.conn, query, {"limit": self.batch, "kinds": lookup_kinds}):
-            try:
-                ev = self.evidence(row)
-                action = decide(ev, self.now(), base=self.cfg.backoff_base_seconds, cap=self.cfg.backoff_cap_seconds,
-                                rng=self.rng)
-                if self.apply(action, ev):
-                    report.add(f"{label}_{action.to.value}")
-            except (psycopg.Error, OSError, ValueError) as exc:
-                if isinstance(exc, psycopg.OperationalError):
-                    raise
-                report.errors += 1
-                log("reconcile_error", task_id=row["id"], error=f"{exc.__class__.__name__}: {exc}"[:300])
+        for _ in range(pages):
+            rows = db.all(self.conn, query, {"limit": self.batch, "kinds": lookup_kinds})
+            moved = sum(self._one(row, decide, report, label) for row in rows)
+            if len(rows) < self.batch or not moved:
+                return
+
+    def _one(self, row: dict, decide, report: Report, label: str) -> bool:
+        try:
+            ev = self.evidence(row)
+            action = decide(ev, self.now(), base=self.cfg.backoff_base_seconds, cap=self.cfg.backoff_cap_seconds,
+                            rng=self.rng)
+            if self.apply(action, ev):
+                report.add(f"{label}_{action.to.value}")
+                return True
+        except psycopg.OperationalError:
+            raise
+        except (psycopg.Error, OSError, ValueError) as exc:
+            report.errors += 1
+            log("reconcile_error", task_id=row["id"], error=f"{exc.__class__.__name__}: {exc}"[:300])
+        return False
 
     def _bulk(self, query: str, params: dict, report: Report, label: str) -> None:
         while True:
@@ -171,8 +180,8 @@ class Reconciler:
         try:
             run_id = db.scalar(self.conn, "reconcile_runs_start")
             self._bulk("reconcile_supersede_old", {}, report, "superseded")
-            self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired")
-            self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown")
+            self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=50)
+            self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown", pages=1)
             self._bulk("reconcile_fail_past_deadline", {}, report, "deadline_failed")
             self._bulk("reconcile_outbox_unblocked", {}, report, "unblocked")
             self._bulk("reconcile_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")

@@ -121,7 +121,7 @@ SELECT pc.*, coalesce(pc.accepted_by,
                  ORDER BY e.id DESC LIMIT 1)) AS consented_by
 FROM provider_calls pc WHERE pc.task_id = %(task_id)s ORDER BY pc.id;
 
--- assets_of_task_inputs: the version and block a task belongs to, with the version's title
+-- tasks_get_for_view: one task with its version's title and its content's current and approved versions
 SELECT t.*, v.title, v.locale, c.current_version, c.approved_version FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 JOIN contents c ON c.id = t.content_id

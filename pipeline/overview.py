@@ -1,0 +1,169 @@
+"""Read models for people and monitors: contents list, version board, task timeline, spend, gauges.
+
+Everything here only reads. Each function runs its queries in one read transaction so
+a page shows one consistent moment; shaping rows into documents is done by small pure
+functions (`progress`, `summarise_spend`, `approval_blockers`). URLs are the web
+layer's business: documents carry sha256 digests, not paths.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+from typing import Iterable
+
+import psycopg
+
+from pipeline import db
+from pipeline.errors import NotFound
+from pipeline.states import TaskStatus
+from receipts.calls import ReceiptBook
+
+# Ledger outcomes after which the provider may have charged us.
+CHARGED = frozenset({"succeeded", "ambiguous"})
+WAITING = frozenset({TaskStatus.READY.value, TaskStatus.RETRY.value})
+STATUS_ORDER = [s.value for s in TaskStatus]
+
+
+def progress(counts: dict[str, int]) -> dict:
+    """Counts per status with the share that is finished, for progress bars. Pure."""
+    total = sum(counts.values())
+    done = counts.get("succeeded", 0)
+    return {"total": total, "succeeded": done, "percent": round(100 * done / total) if total else 0,
+            "counts": {s: counts[s] for s in STATUS_ORDER if counts.get(s)}}
+
+
+def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0) -> dict:
+    with conn.transaction():
+        rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset})
+        total = db.scalar(conn, "contents_count")
+    items = [{"id": r["id"], "title": r["title"], "locale": r["locale"], "theme": r["theme"],
+              "current_version": r["current_version"], "approved_version": r["approved_version"],
+              "updated_at": r["updated_at"], "progress": progress(r["counts"])} for r in rows]
+    return {"items": items, "total": total, "limit": limit, "offset": offset}
+
+
+def content(conn: psycopg.Connection, content_id: int) -> dict:
+    with conn.transaction():
+        row = db.one(conn, "contents_get", {"content_id": content_id})
+        if row is None:
+            raise NotFound(f"content {content_id} does not exist")
+        versions = db.all(conn, "versions_of_content", {"content_id": content_id})
+        current = db.one(conn, "versions_get", {"content_id": content_id, "version": row["current_version"]})
+    return {"id": row["id"], "title": row["title"], "locale": row["locale"], "theme": row["theme"],
+            "current_version": row["current_version"], "approved_version": row["approved_version"],
+            "created_at": row["created_at"], "updated_at": row["updated_at"],
+            "blocks": current["blocks"] if current else [], "versions": versions}
+
+
+def _task_doc(row: dict, events: list[dict]) -> dict:
+    return {"id": row["id"], "kind": row["kind"], "block": row["block_key"], "status": row["status"],
+            "attempts": row["attempts"], "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
+            "next_attempt_at": row["available_at"] if row["status"] in WAITING else None,
+            "deadline_at": row["deadline_at"], "lease_until": row["lease_until"],
+            "last_error": row["last_error"], "dead_letter": row["dead_letter"],
+            "sha256": row["asset_sha256"], "media_type": row["media_type"], "size": row["asset_size"],
+            "duration_ms": row["duration_ms"], "reusable": row["reusable"], "updated_at": row["updated_at"],
+            "events": events}
+
+
+def _event_doc(row: dict) -> dict:
+    return {key: row[key] for key in ("id", "action", "from_status", "to_status", "actor", "attempt", "reason",
+                                      "details", "at")}
+
+
+def approval_blockers(tasks: Iterable[dict], *, version: int, approved_version: int | None) -> list[str]:
+    """Plain reasons why a reviewer cannot approve this version now; empty when they can. Pure."""
+    reasons = []
+    if approved_version is not None and version < approved_version:
+        reasons.append(f"version {approved_version} is already approved; an older version cannot be approved")
+    waiting = [t for t in tasks if t["kind"] != "bundle" and t["status"] != "succeeded"]
+    if waiting:
+        states = Counter(t["status"] for t in waiting)
+        reasons.append("not every image and narration has succeeded: "
+                       + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    return reasons
+
+
+def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
+    """The board of one version: blocks, tasks with their events, progress, spend, approval state."""
+    with conn.transaction():
+        head = db.one(conn, "contents_get", {"content_id": content_id})
+        row = db.one(conn, "versions_get", {"content_id": content_id, "version": number})
+        if head is None or row is None:
+            raise NotFound(f"content {content_id} has no version {number}")
+        tasks = db.all(conn, "tasks_of_version_view", {"content_id": content_id, "version": number})
+        events = db.all(conn, "events_of_version", {"content_id": content_id, "version": number})
+        calls = db.all(conn, "provider_calls_of_version", {"content_id": content_id, "version": number})
+    by_task: dict[int | None, list[dict]] = {}
+    for event in events:
+        by_task.setdefault(event["task_id"], []).append(_event_doc(event))
+    docs = [_task_doc(t, by_task.get(t["id"], [])) for t in tasks]
+    by_block = {(t["kind"], t["block"]): t for t in docs}
+    blocks = [{**b, "image": by_block.get(("image", b["key"])), "audio": by_block.get(("tts", b["key"]))}
+              for b in row["blocks"]]
+    blockers = approval_blockers(docs, version=number, approved_version=head["approved_version"])
+    return {"content_id": content_id, "version": number, "title": row["title"], "locale": row["locale"],
+            "theme": row["theme"], "saved_by": row["saved_by"], "saved_at": row["saved_at"],
+            "deadline_at": row["deadline_at"], "current_version": head["current_version"],
+            "approved_version": head["approved_version"], "is_current": number == head["current_version"],
+            "is_approved": number == head["approved_version"], "approved_at": row["approved_at"],
+            "approved_by": row["approved_by"], "cancel_requested_at": row["cancel_requested_at"],
+            "cancel_requested_by": row["cancel_requested_by"],
+            "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
+            "bundle": by_block.get(("bundle", None)), "approvable": not blockers, "approval_blockers": blockers,
+            "running": any(t["status"] in ("ready", "running", "retry") for t in docs),
+            "events": by_task.get(None, []), "spend": summarise_spend(calls)}
+
+
+def _money(value: Decimal | float | int | None) -> float:
+    return round(float(value or 0), 6)
+
+
+def summarise_spend(calls: Iterable[dict]) -> dict:
+    """Calls made and reused, by outcome, estimated cost, and tasks possibly paid more than once. Pure."""
+    calls = list(calls)
+    outcomes = Counter(c["outcome"] for c in calls)
+    charged: dict[int, list[dict]] = {}
+    for call in calls:
+        if call["outcome"] in CHARGED:
+            charged.setdefault(call["task_id"], []).append(call)
+    twice = [{"task_id": task_id, "kind": rows[0]["kind"], "block": rows[0]["block_key"],
+              "charged_calls": len(rows), "cost": _money(sum(_money(r["cost"]) for r in rows)),
+              "accepted_by": next((r["accepted_by"] for r in reversed(rows) if r["accepted_by"]), None)}
+             for task_id, rows in charged.items() if len(rows) > 1]
+    return {"calls": len(calls) - outcomes.get("reused", 0), "reused": outcomes.get("reused", 0),
+            "by_outcome": dict(sorted(outcomes.items())), "estimated_cost": _money(sum(_money(c["cost"]) for c in calls)),
+            "paid_more_than_once": twice,
+            "ledger": [{k: c[k] for k in ("id", "task_id", "attempt", "kind", "block_key", "provider", "model",
+                                          "outcome", "http_status", "latency_ms", "accepted_by", "at")}
+                       | {"cost": _money(c["cost"])} for c in calls]}
+
+
+def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
+    """A task's timeline: its events, ledger rows and the receipts on disk."""
+    with conn.transaction():
+        row = db.one(conn, "tasks_get_for_view", {"task_id": task_id})
+        if row is None:
+            raise NotFound(f"task {task_id} does not exist")
+        events = db.all(conn, "events_of_task", {"task_id": task_id})
+        calls = db.all(conn, "provider_calls_of_task_view", {"task_id": task_id})
+    return {"id": row["id"], "content_id": row["content_id"], "version": row["version"], "title": row["title"],
+            "kind": row["kind"], "block": row["block_key"], "status": row["status"], "attempts": row["attempts"],
+            "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
+            "next_attempt_at": row["available_at"] if row["status"] in WAITING else None,
+            "deadline_at": row["deadline_at"], "last_error": row["last_error"], "sha256": row["asset_sha256"],
+            "input": row["input"], "fingerprint": row["fingerprint"],
+            "is_current": row["version"] == row["current_version"],
+            "events": [_event_doc(e) for e in events],
+            "calls": [{k: c[k] for k in ("id", "attempt", "provider", "model", "outcome", "http_status",
+                                         "latency_ms", "at")} | {"cost": _money(c["cost"]),
+                                                                  "accepted_by": c["consented_by"]} for c in calls],
+            "receipts": book.of_task(task_id)}
+
+
+def gauges(conn: psycopg.Connection) -> dict:
+    """Numbers for /metrics, from PostgreSQL so every process reports the same."""
+    with conn.transaction():
+        return {"tasks": db.all(conn, "metrics_tasks_by_status"), "snapshot": db.one(conn, "metrics_snapshot"),
+                "calls": db.all(conn, "metrics_calls_by_outcome")}

@@ -1,0 +1,116 @@
+"""Random sequences of claims, heartbeats, completions, failures, lease expiries, new versions and
+cancels against the real database; the invariants of DESIGN.md are checked after every step."""
+
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import HealthCheck, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from pipeline import engine, versions
+from pipeline.errors import Ambiguous, LeaseLost, Permanent, Transient
+from pipeline.reconcile import Reconciler
+from tests.helpers import draft
+
+ERRORS = {"transient": Transient("t"), "permanent": Permanent("p"), "ambiguous": Ambiguous("a")}
+
+
+def machine_for(conn, cfg):
+    class Engine(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            conn.execute("TRUNCATE contents, versions, tasks, task_deps, outbox, events, dead_letters, assets, "
+                         "asset_inputs, provider_calls, reconcile_runs RESTART IDENTITY CASCADE")
+            self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
+            self.version = 1
+            self.holders: list[engine.Task] = []
+
+        def _task_ids(self):
+            return [r["id"] for r in conn.execute("SELECT id FROM tasks ORDER BY id")]
+
+        def _current_token(self, task_id):
+            row = conn.execute("SELECT status, lease_token FROM tasks WHERE id = %s", (task_id,)).fetchone()
+            return row["lease_token"] if row["status"] == "running" else None
+
+        @rule(pick=st.integers(0, 100))
+        def claim(self, pick):
+            ids = self._task_ids()
+            task = engine.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
+            if task:
+                self.holders.append(task)
+
+        @rule(pick=st.integers(0, 100), outcome=st.sampled_from(["succeed", *ERRORS]))
+        def finish(self, pick, outcome):
+            if not self.holders:
+                return
+            holder = self.holders[pick % len(self.holders)]
+            current = self._current_token(holder.id) == holder.lease_token
+            try:
+                if outcome == "succeed":
+                    engine.succeed(conn, holder, engine.Asset("e" * 64, "image/png", 1), actor="w")
+                else:
+                    engine.fail_attempt(conn, holder, ERRORS[outcome], cfg, actor="w", now=datetime.now(timezone.utc))
+                assert current, "a stale holder was allowed to write"
+            except LeaseLost:
+                assert not current, "the current holder was refused"
+
+        @rule(pick=st.integers(0, 100))
+        def heartbeat(self, pick):
+            if self.holders:
+                holder = self.holders[pick % len(self.holders)]
+                alive = engine.heartbeat(conn, holder, 60).alive
+                assert alive == (self._current_token(holder.id) == holder.lease_token)
+
+        @rule()
+        def leases_expire_and_the_reconciler_runs(self):
+            conn.execute("UPDATE tasks SET lease_until = now() - interval '1 second' WHERE status = 'running'")
+            Reconciler(cfg, conn, {}).run()
+
+        @rule()
+        def new_version(self):
+            versions.save(conn, draft(2, prefix=f"v{self.version + 1}"), cfg, actor="e", content_id=self.content,
+                          base_version=self.version)
+            self.version += 1
+
+        @rule()
+        def cancel_current(self):
+            versions.cancel(conn, self.content, self.version, actor="e")
+
+        @invariant()
+        def older_versions_have_no_unfinished_work(self):
+            n = conn.execute("SELECT count(*) AS n FROM tasks t JOIN contents c ON c.id = t.content_id WHERE "
+                             "t.version < c.current_version AND t.status IN ('ready','running','retry','unknown')"
+                             ).fetchone()["n"]
+            assert n == 0
+
+        @invariant()
+        def attempts_are_the_claims_and_history_ends_in_the_current_status(self):
+            rows = conn.execute("""SELECT t.id, t.status, t.attempts,
+                    (SELECT count(*) FROM events e WHERE e.task_id = t.id AND e.to_status = 'running') AS claims,
+                    (SELECT e.to_status FROM events e WHERE e.task_id = t.id AND e.to_status IS NOT NULL
+                     ORDER BY e.id DESC LIMIT 1) AS last
+                    FROM tasks t""").fetchall()
+            for r in rows:
+                assert r["attempts"] == r["claims"]
+                assert r["last"] in (None, r["status"])
+
+        @invariant()
+        def nothing_succeeds_after_its_version_was_cancelled_or_superseded(self):
+            n = conn.execute("""SELECT count(*) AS n FROM events e JOIN versions v
+                    ON v.content_id = e.content_id AND v.version = e.version
+                    WHERE e.to_status = 'succeeded' AND v.cancel_requested_at IS NOT NULL
+                      AND e.at > v.cancel_requested_at""").fetchone()["n"]
+            assert n == 0
+
+        @invariant()
+        def unknown_is_never_left_automatically(self):
+            n = conn.execute("SELECT count(*) AS n FROM events WHERE from_status = 'unknown' "
+                             "AND to_status NOT IN ('superseded', 'cancelled')").fetchone()["n"]
+            assert n == 0
+    return Engine
+
+
+@pytest.mark.slow
+def test_random_histories_keep_the_engine_invariants(conn, cfg):
+    run_state_machine_as_test(machine_for(conn, cfg), settings=settings(
+        max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)))
