@@ -90,7 +90,7 @@ def reconcile_main(argv: list[str]) -> int:
         else:
             if not report.locked:
                 print("another reconcile run holds the lock; nothing to do")
-            else:
+            elif args.loop is None or report.errors or any(report.counts.values()):
                 log("reconcile_run", counts=report.counts, errors=report.errors)
             status = 1 if report.errors else 0
         if args.loop is None or stop.wait(args.loop):
