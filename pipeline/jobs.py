@@ -16,7 +16,7 @@ from rq import get_current_job
 
 from pipeline import db, dispatch, engine, runtime
 from pipeline.engine import Task
-from pipeline.errors import Cancelled, LeaseLost
+from pipeline.errors import Cancelled, LeaseLost, Transient
 from pipeline.log import log
 
 
@@ -38,7 +38,8 @@ class Lease:
         self._stop.set()
         self._thread.join()
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
+        """Extend the lease; False when PostgreSQL could not be asked."""
         with self._lock:
             try:
                 result = engine.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
@@ -46,9 +47,10 @@ class Lease:
                 self.rt.drop("lease")
                 log("heartbeat_failed", task_id=self.task.id, lease_token=self.task.lease_token,
                     error=exc.__class__.__name__)
-                return
+                return False
         self.lost = self.lost or not result.alive
         self.cancel_requested = result.cancel_requested
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(self.rt.settings.heartbeat_seconds):
@@ -58,7 +60,8 @@ class Lease:
                 return
 
     def check(self) -> None:
-        self.beat()
+        if not self.beat():
+            raise Transient(f"task {self.task.id}: cannot confirm the lease; not calling the provider")
         if self.lost:
             raise LeaseLost(f"task {self.task.id}: lease {self.task.lease_token} is no longer held")
         if self.cancel_requested:

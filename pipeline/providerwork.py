@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable
 
 import psycopg
 
 from pipeline import bundle, db
 from pipeline.db import connect
 from pipeline.engine import Asset, Task
-from pipeline.errors import Ambiguous, Busy, ProviderError, Transient
+from pipeline.errors import Ambiguous, Busy, PipelineError, ProviderError, Transient
 from pipeline.fingerprint import idempotency_key
+from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
 from pipeline.work import WorkContext
 from providers.base import GenerateRequest, Provider, Result
@@ -71,23 +71,25 @@ class Limits:
 
     conn: Callable[[], psycopg.Connection]
 
-    @contextmanager
-    def slot(self, provider: str, p: ProviderSettings) -> Iterator[None]:
+    def take(self, provider: str, p: ProviderSettings) -> tuple[int, uuid.UUID]:
+        """Hold one call slot and count one call in this minute's window, or raise Busy."""
         conn, holder = self.conn(), uuid.uuid4()
         db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
         row = db.one(conn, "provider_slots_take", {"provider": provider, "max": p.max_concurrency, "holder": holder,
                                                    "hold_seconds": p.connect_timeout + p.read_timeout + 30})
         if row is None:
             raise Busy(f"{provider}: all {p.max_concurrency} call slots are in use", retry_after=1.0)
+        if db.one(conn, "provider_rate_take", {"provider": provider, "limit": p.rate_per_minute}) is None:
+            self.give_back(provider, row["slot"], holder)
+            raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
+                       retry_after=60 - datetime.now(timezone.utc).second)
+        return row["slot"], holder
+
+    def give_back(self, provider: str, slot: int, holder: uuid.UUID) -> None:
         try:
-            rate = db.one(conn, "provider_rate_take", {"provider": provider, "limit": p.rate_per_minute})
-            if rate is None:
-                raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
-                           retry_after=60 - datetime.now(timezone.utc).second)
-            yield
-        finally:
-            db.execute(self.conn(), "provider_slots_release",
-                       {"provider": provider, "slot": row["slot"], "holder": holder})
+            db.execute(self.conn(), "provider_slots_release", {"provider": provider, "slot": slot, "holder": holder})
+        except psycopg.Error as exc:  # the slot frees itself at held_until
+            log("slot_release_failed", provider=provider, slot=slot, error=exc.__class__.__name__)
 
 
 class ProviderExecutor:
@@ -108,21 +110,25 @@ class ProviderExecutor:
         return cls(cfg, build_providers(cfg), MediaStore(cfg.media_dir), ReceiptBook(cfg.media_dir), conn)
 
     def execute(self, task: Task, ctx: WorkContext) -> Asset:
-        if task.kind == "bundle":
-            data = bundle.build(self.conn(), self.store, task.content_id, task.version)
-            return Asset(self.store.put(data), "application/zip", len(data))
+        if task.kind == "bundle":  # local work, nothing is paid: any failure may simply be retried
+            try:
+                data = bundle.build(self.conn(), self.store, task.content_id, task.version)
+                return Asset(self.store.put(data), "application/zip", len(data))
+            except (psycopg.Error, OSError, PipelineError) as exc:
+                raise Transient(f"could not build the bundle: {exc}") from exc
         provider = self.providers[task.kind]
         settings: ProviderSettings = getattr(self.cfg, task.kind)
-        try:
+        name = f"{provider.name}:{task.kind}"
+        try:  # nothing has reached the provider yet: any failure here is Transient or Busy
             request = request_for(task)
-            name = f"{provider.name}:{task.kind}"
-            with self.limits.slot(name, settings):
-                ctx.check()
-                return self._call(task, ctx, provider, settings, request)
-        except (ProviderError, psycopg.Error) as exc:
-            if isinstance(exc, psycopg.Error):
-                raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
-            raise
+            slot, holder = self.limits.take(name, settings)
+        except psycopg.Error as exc:
+            raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
+        try:
+            ctx.check()
+            return self._call(task, ctx, provider, settings, request)
+        finally:
+            self.limits.give_back(name, slot, holder)
 
     def _call(self, task: Task, ctx: WorkContext, provider: Provider, settings: ProviderSettings,
               request: GenerateRequest) -> Asset:
@@ -135,8 +141,8 @@ class ProviderExecutor:
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
             charged = isinstance(exc, Ambiguous)
-            ctx.record_call(**record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
-                            latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
+            self._record(ctx, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
+                         latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
             if isinstance(exc, Ambiguous) and provider.honours_idempotency_key:
                 raise Transient(f"{exc} (safe to repeat: the provider honours idempotency keys)",
                                 http_status=exc.http_status) from exc
@@ -147,6 +153,16 @@ class ProviderExecutor:
         self.book.write_result(Outcome(task.id, task.attempts, str(task.lease_token), result.provider_request_id,
                                        sha, asset.size, asset.media_type, asset.width, asset.height,
                                        asset.duration_ms, elapsed, now()))
-        ctx.record_call(**record, outcome="succeeded", http_status=200, latency_ms=elapsed,
-                        cost=settings.cost_per_call)
+        self._record(ctx, **record, outcome="succeeded", http_status=200, latency_ms=elapsed,
+                     cost=settings.cost_per_call)
         return asset
+
+    @staticmethod
+    def _record(ctx: WorkContext, **row) -> None:
+        # After the call, a database hiccup must not change what the call's outcome means:
+        # the receipts are the durable record; the ledger row is best effort here.
+        try:
+            ctx.record_call(**row)
+        except psycopg.Error as exc:
+            log("ledger_write_failed", idempotency_key=row["idempotency_key"], outcome=row["outcome"],
+                error=exc.__class__.__name__)
