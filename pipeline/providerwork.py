@@ -5,8 +5,8 @@ lease, write the intent receipt (durable), call the provider outside any
 transaction, store the asset file, write the result receipt (durable), record the
 call in the ledger. Anything that goes wrong before the intent receipt is
 `Transient` (the provider was provably not called). After it, the provider's own
-classification holds; an `Ambiguous` answer from a provider that honours
-idempotency keys becomes `Transient`, since a repeat with the same key returns
+classification holds; an `Ambiguous` answer from a provider configured as
+honouring idempotency keys (*_HONOURS_IDEMPOTENCY_KEY) becomes `Transient`, since a repeat with the same key returns
 the first result instead of charging again.
 """
 
@@ -143,7 +143,7 @@ class ProviderExecutor:
             charged = isinstance(exc, Ambiguous)
             self._record(ctx, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
                          latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
-            if isinstance(exc, Ambiguous) and provider.honours_idempotency_key:
+            if isinstance(exc, Ambiguous) and settings.honours_idempotency_key:
                 raise Transient(f"{exc} (safe to repeat: the provider honours idempotency keys)",
                                 http_status=exc.http_status) from exc
             raise

@@ -30,6 +30,10 @@ class System:
     def cfg(self) -> settings_mod.Settings:
         return settings_mod.load(self.env)
 
+    def with_env(self, **env: str) -> "System":
+        """The same system with other settings; its workers are stopped with this one's."""
+        return System({**self.env, **env}, self.logs, self.workers)
+
     def db(self) -> psycopg.Connection:
         return connect(self.env["DATABASE_URL"], autocommit=True)
 

@@ -9,7 +9,7 @@ from pipeline import versions
 from pipeline.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson, wait_until
-from tests.system import System, drain
+from tests.system import drain
 from tests.recovery.test_worker_crashes import key_of
 
 
@@ -66,13 +66,12 @@ def test_a_read_timeout_after_send_is_unknown_with_one_call_and_no_repeat(system
 
 def test_at_most_max_concurrency_image_calls_are_in_flight_across_four_workers(database_url, redis_url, tmp_path,
                                                                                 fake, system):
-    limited = System({**system.env, "IMAGE_MAX_CONCURRENCY": "2"}, system.logs)
+    limited = system.with_env(IMAGE_MAX_CONCURRENCY="2")
     fake.set_default(Behaviour("delay", seconds=0.3))
     start_all(limited, image_workers=4)
     with limited.db() as conn:
         saved = versions.save(conn, parse_draft(lesson(8)), limited.cfg, actor="e")
     rows = drain(limited, saved.content_id, timeout=90)
-    limited.stop()
     assert {r["status"] for r in rows} == {"succeeded"}
     assert fake.max_in_flight("image") == 2
 
@@ -96,17 +95,68 @@ def test_the_bundle_manifest_matches_the_version_and_every_file(system, fake):
 
 
 def test_a_worker_dying_mid_call_at_a_lookup_capable_provider_succeeds_by_lookup(system, fake):
-    local = System({**system.env, "IMAGE_PROVIDER": "local"}, system.logs)
+    local = system.with_env(IMAGE_PROVIDER="local")
     from pipeline.providerwork import build_providers
     build_providers(local.cfg)["image"].arm("crash_mid_call")
     start_all(local)
     with local.db() as conn:
         saved = versions.save(conn, parse_draft(lesson(1)), local.cfg, actor="e")
     rows = drain(local, saved.content_id, timeout=60)
-    local.stop()
     image = rows[0]
     assert (image["status"], image["attempts"]) == ("succeeded", 1)
     with local.db() as conn:
         actions = [e["action"] for e in conn.execute("SELECT action FROM events WHERE task_id = %s ORDER BY id",
                                                      (image["id"],))]
     assert actions[-1] == "recovered_by_lookup"
+
+
+def test_an_unknown_outcome_is_resolved_by_the_next_reconcile_when_the_provider_can_look_it_up(system, fake):
+    local = system.with_env(IMAGE_PROVIDER="local")
+    from pipeline.providerwork import build_providers
+    build_providers(local.cfg)["image"].arm("accept_then_lose")   # the call is done, the answer is lost
+    start_all(local)
+    with local.db() as conn:
+        saved = versions.save(conn, parse_draft(lesson(1)), local.cfg, actor="e")
+        image = conn.execute("SELECT * FROM tasks WHERE content_id = %s AND kind = 'image'",
+                             (saved.content_id,)).fetchone()
+    local.dispatch()
+    local.wait_status(image["id"], "unknown")
+    rows = drain(local, saved.content_id)
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    with local.db() as conn:
+        last = conn.execute("SELECT action, from_status FROM events WHERE task_id = %s ORDER BY id DESC LIMIT 1",
+                            (image["id"],)).fetchone()
+        calls = conn.execute("SELECT outcome FROM provider_calls WHERE task_id = %s", (image["id"],)).fetchall()
+    assert (last["action"], last["from_status"]) == ("recovered_by_lookup", "unknown")
+    assert [c["outcome"] for c in calls] == ["ambiguous"]
+
+
+def test_the_rate_limit_reschedules_without_spending_attempts(system, fake):
+    limited = system.with_env(IMAGE_RATE_PER_MINUTE="2")
+    limited.start_worker("image")
+    with limited.db() as conn:
+        saved = versions.save(conn, parse_draft(lesson(3)), limited.cfg, actor="e")
+    limited.dispatch()
+    with limited.db() as conn:
+        def settled():
+            rows = conn.execute("SELECT status, attempts FROM tasks WHERE content_id = %s AND kind = 'image' "
+                                "ORDER BY id", (saved.content_id,)).fetchall()
+            return [(r["status"], r["attempts"]) for r in rows]
+        result = wait_until(lambda: (s := settled()) and all(st in ("succeeded", "retry") for st, _ in s) and s,
+                            message="image tasks settled")
+    # two calls fit in this minute's window; the third waits for the next one with its attempt refunded
+    assert sorted(result) == [("retry", 0), ("succeeded", 1), ("succeeded", 1)]
+    assert len([r for r in fake.recorded if r.endpoint == "image"]) == 2
+
+
+def test_secrets_never_reach_logs_or_receipts(system, fake):
+    fake.script(Behaviour.fail(401, message="bad key", endpoint="image"))
+    start_all(system)
+    with system.db() as conn:
+        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+    system.dispatch()
+    image = system.wait_status(1, "failed")
+    assert "bad key" in image["last_error"] and "sk-test" not in image["last_error"]
+    written = [p.read_text(errors="replace") for p in system.cfg.media_dir.rglob("*.json")]
+    written += [p.read_text(errors="replace") for p in system.logs.glob("*.log")]
+    assert written and not any("sk-test-image" in text or "sk-test-tts" in text for text in written)
