@@ -113,7 +113,7 @@ def wait_for_progress(soak: Soak, since: float, before: int, limit: float = 120)
 def chaos(soak: Soak, total: int, pg: Postgres) -> float:
     started = time.monotonic()
     next_kill = started + soak.args.kill_every
-    flushed = restarted = False
+    flushed = restarted = stalled = False
     while time.monotonic() - started < soak.args.time_limit:
         done = soak.finished()
         if done + len(waiting_on_a_person(soak)) >= total:
@@ -131,6 +131,9 @@ def chaos(soak: Soak, total: int, pg: Postgres) -> float:
             redis.Redis.from_url(soak.env["REDIS_URL"]).flushall()
             flushed = True
             soak.faults.append(("Redis FLUSHALL", now, wait_for_progress(soak, now, soak.finished())))
+        if not stalled and done >= total * 0.1:
+            stalled = True
+            stall_worker(soak, lease=float(soak.env["LEASE_SECONDS"]))
         if not restarted and done >= total * 0.5:
             before = soak.finished()
             pg.restart()
@@ -138,6 +141,15 @@ def chaos(soak: Soak, total: int, pg: Postgres) -> float:
             soak.faults.append(("PostgreSQL restart", now, wait_for_progress(soak, now, before)))
         time.sleep(0.2)
     return time.monotonic() - started
+
+
+def stall_worker(soak: Soak, lease: float) -> None:
+    """SIGSTOP a busy image worker past its lease, then let it go on: its late writes must be refused."""
+    name = soak.rng.choice([n for n in soak.workers if n.startswith("image")])
+    proc = soak.workers[name]
+    proc.send_signal(signal.SIGSTOP)
+    soak.faults.append((f"worker SIGSTOP {name} for {lease + 3:.0f} s", time.monotonic(), float("nan")))
+    threading_timer(lease + 3, lambda: proc.send_signal(signal.SIGCONT))
 
 
 def report(soak: Soak, fake: FakeProviderServer, drained: float, total: int) -> dict:
@@ -153,6 +165,8 @@ def report(soak: Soak, fake: FakeProviderServer, drained: float, total: int) -> 
                 for name in soak.workers if (soak.base / f"{name}.log").exists())
     blocked = set(waiting_on_a_person(soak))
     lost = [t["id"] for t in tasks if t["status"] not in FINISHED and t["id"] not in blocked]
+    soak.faults[:] = [f for f in soak.faults if not f[0].startswith("worker SIGSTOP")] + \
+        [(name, at, None) for name, at, _ in soak.faults if name.startswith("worker SIGSTOP")]
     return {
         "lessons": soak.args.lessons, "tasks": len(tasks), "expected_tasks": total,
         "final_states": dict(sorted(by_state.items())),
