@@ -267,3 +267,37 @@ class LocalState:
     def lookup(self, idempotency_key: str) -> LookupAnswer:
         entry = self.journal.get(idempotency_key)
         return NotFound() if entry is None else Found(entry[0])
+
+
+class LocalProvider:
+    """What both local providers share: the journal (lookup), armed faults and the call flow.
+
+    A subclass sets `name` and `kind`, calls `_open_state(journal_dir)` and implements `_make`.
+    """
+
+    name = "local"
+    kind = ""
+    honours_idempotency_key = True
+    supports_lookup = True
+
+    def _open_state(self, journal_dir: Path) -> None:
+        self._state = LocalState(Path(journal_dir) / self.name, self.name, self.kind)
+
+    def arm(self, fault: str) -> None:
+        """Make the next generate call (in any process) fail as `fault` says, once."""
+        self._state.faults.arm(fault)
+
+    def armed_faults(self) -> list[str]:
+        return self._state.faults.armed()
+
+    def disarm_all(self) -> int:
+        return self._state.faults.disarm_all()
+
+    def generate(self, request: GenerateRequest) -> Result:
+        return self._state.run(request, self._make)
+
+    def lookup(self, idempotency_key: str) -> LookupAnswer:
+        return self._state.lookup(idempotency_key)
+
+    def _make(self, request: GenerateRequest) -> Result:
+        raise NotImplementedError

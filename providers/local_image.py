@@ -10,7 +10,7 @@ with Pillow's BASIC engine so raqm/FriBiDi presence cannot change pixels.
 Chinese needs a font with CJK glyphs (Pillow's default has none): the card
 uses the committed Noto Sans SC subset in `fonts/` (OFL, see fonts/README.md).
 The drawing functions are pure (prompt in, image out); the provider adds the
-journal and armed faults of `journal.LocalState`. No network, no database.
+journal and armed faults of `journal.LocalProvider`. No network, no database.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from PIL import Image, ImageDraw, ImageFont
 
 from pipeline.errors import Permanent
 
-from .base import GenerateRequest, LookupAnswer, Result
-from .journal import LocalState
+from .base import GenerateRequest, Result
+from .journal import LocalProvider
 
 FONT_PATH = Path(__file__).resolve().parent / "fonts" / "NotoSansSC-subset.otf"
 DEFAULT_SIZE = "1024x1024"
@@ -238,7 +238,7 @@ def check_prompt(prompt: str) -> str:
     return text
 
 
-class LocalImageProvider:
+class LocalImageProvider(LocalProvider):
     """Offline image provider with a journal (lookup) and armed faults (demo mode).
 
     State lives under `journal_dir/local-image/`, shared by every process that
@@ -246,35 +246,18 @@ class LocalImageProvider:
     """
 
     name = "local-image"
-    honours_idempotency_key = True
-    supports_lookup = True
+    kind = "image"
 
     def __init__(self, journal_dir: Path, *, model: str = "local-card-1", size: str = DEFAULT_SIZE) -> None:
         parse_size(size)
         self.model = model
         self.size = size
-        self._state = LocalState(Path(journal_dir) / self.name, self.name, "image")
+        self._open_state(journal_dir)
 
     def __repr__(self) -> str:
         return f"LocalImageProvider(model={self.model!r}, size={self.size!r})"
 
-    def arm(self, fault: str) -> None:
-        """Make the next generate call (in any process) fail as `fault` says, once."""
-        self._state.faults.arm(fault)
-
-    def armed_faults(self) -> list[str]:
-        return self._state.faults.armed()
-
-    def disarm_all(self) -> int:
-        return self._state.faults.disarm_all()
-
-    def generate(self, request: GenerateRequest) -> Result:
-        return self._state.run(request, self._render)
-
-    def lookup(self, idempotency_key: str) -> LookupAnswer:
-        return self._state.lookup(idempotency_key)
-
-    def _render(self, request: GenerateRequest) -> Result:
+    def _make(self, request: GenerateRequest) -> Result:
         prompt = check_prompt(request.text)
         width, height = parse_size(request.params.get("size") or self.size)
         started = time.perf_counter()

@@ -3,7 +3,7 @@
 This module owns the voice routing (locale -> eSpeak voice), the ctypes
 binding to the libespeak-ng shipped by the optional `espeakng-loader`
 package, and the `LocalSpeechProvider` adapter (journal and armed faults via
-`journal.LocalState`). eSpeak NG is GPL-3.0-or-later, so nothing here is
+`journal.LocalProvider`). eSpeak NG is GPL-3.0-or-later, so nothing here is
 imported by `providers/__init__`; the package is imported when a provider is
 constructed, and its absence is a clear ConfigError then.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 from pipeline.errors import ConfigError, Permanent, Transient
 
-from .base import GenerateRequest, LookupAnswer, Result
-from .journal import LocalState
+from .base import GenerateRequest, Result
+from .journal import LocalProvider
 
 AUDIO_OUTPUT_SYNCHRONOUS = 2
 ESPEAK_INITIALIZE_DONT_EXIT = 0x8000
@@ -186,7 +186,7 @@ def check_text(text: str) -> str:
     return spoken
 
 
-class LocalSpeechProvider:
+class LocalSpeechProvider(LocalProvider):
     """Offline TTS provider with a journal (lookup) and armed faults (demo mode).
 
     State lives under `journal_dir/local-tts/`. `voice` is the default English
@@ -195,35 +195,18 @@ class LocalSpeechProvider:
     """
 
     name = "local-tts"
-    honours_idempotency_key = True
-    supports_lookup = True
+    kind = "audio"
 
     def __init__(self, journal_dir: Path, *, model: str = "espeak-ng", voice: str = "") -> None:
         self._loader = _load_loader()
         self.model = model
         self.voice = voice
-        self._state = LocalState(Path(journal_dir) / self.name, self.name, "audio")
+        self._open_state(journal_dir)
 
     def __repr__(self) -> str:
         return f"LocalSpeechProvider(model={self.model!r}, voice={self.voice!r})"
 
-    def arm(self, fault: str) -> None:
-        """Make the next generate call (in any process) fail as `fault` says, once."""
-        self._state.faults.arm(fault)
-
-    def armed_faults(self) -> list[str]:
-        return self._state.faults.armed()
-
-    def disarm_all(self) -> int:
-        return self._state.faults.disarm_all()
-
-    def generate(self, request: GenerateRequest) -> Result:
-        return self._state.run(request, self._speak)
-
-    def lookup(self, idempotency_key: str) -> LookupAnswer:
-        return self._state.lookup(idempotency_key)
-
-    def _speak(self, request: GenerateRequest) -> Result:
+    def _make(self, request: GenerateRequest) -> Result:
         text = check_text(request.text)
         params: Mapping[str, Any] = request.params
         english = self.voice if self.voice.lower().startswith("en") else ENGLISH

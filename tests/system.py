@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,17 @@ class System:
     def wait_status(self, task_id: int, *statuses: str, timeout: float = 30) -> dict:
         return wait_until(lambda: (row := self.task(task_id))["status"] in statuses and row, timeout=timeout,
                           message=f"task {task_id} reaching {statuses}")
+
+    @contextmanager
+    def holding(self, sql: str, *params):
+        """Hold a lock (taken by `sql`) in an open transaction until the block ends, then roll back."""
+        with self.db() as blocker:
+            blocker.execute("BEGIN")
+            blocker.execute(sql, params or None)
+            try:
+                yield blocker
+            finally:
+                blocker.execute("ROLLBACK")
 
     def waiting_on_lock(self, timeout: float = 20) -> None:
         """Until some other session waits on a lock (a worker we blocked on purpose)."""

@@ -33,15 +33,12 @@ def test_a_lesson_runs_through_real_worker_processes_with_one_call_per_task(syst
 def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
     system.dispatch()
-    with system.db() as blocker:
-        # given a worker stuck right before its claim (the tasks table is locked)
-        blocker.execute("BEGIN")
-        blocker.execute("LOCK TABLE tasks IN EXCLUSIVE MODE")
+    # given a worker stuck right before its claim (the tasks table is locked)
+    with system.holding("LOCK TABLE tasks IN EXCLUSIVE MODE"):
         worker = system.start_worker("image")
         system.waiting_on_lock()
         # when it is killed there, with the message already taken from Redis
         kill(worker)
-        blocker.execute("ROLLBACK")
     assert system.task(image["id"])["attempts"] == 0
     system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
     rows = drain(system, saved.content_id)
@@ -53,15 +50,12 @@ def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(sy
 
 def test_killed_after_its_claim_before_the_intent_the_task_is_retried_and_called_once(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
-    with system.db() as blocker:
-        blocker.execute("BEGIN")
-        blocker.execute("LOCK TABLE provider_slots IN EXCLUSIVE MODE")   # holds the worker before the call
+    with system.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):   # holds the worker before the call
         worker = system.start_worker("image")
         system.dispatch()
         system.wait_status(image["id"], "running")
         system.waiting_on_lock()
         kill(worker)
-        blocker.execute("ROLLBACK")
     assert ReceiptBook(system.cfg.media_dir).intent(image["id"], 1) is None
     system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
     rows = drain(system, saved.content_id)
@@ -95,14 +89,11 @@ def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(syst
     system.dispatch()
     wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
     book = ReceiptBook(system.cfg.media_dir)
-    with system.db() as blocker:
-        blocker.execute("BEGIN")
-        blocker.execute("SELECT * FROM tasks WHERE id = %s FOR UPDATE", (image["id"],))  # holds the commit
+    with system.holding("SELECT * FROM tasks WHERE id = %s FOR UPDATE", image["id"]):  # holds the commit
         fake.release()
         wait_until(lambda: book.result(image["id"], 1), message="the result receipt")
         system.waiting_on_lock()
         kill(worker)
-        blocker.execute("ROLLBACK")
     receipt = book.result(image["id"], 1)
     assert system.task(image["id"])["status"] == "running"
     system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
@@ -118,15 +109,12 @@ def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(syst
 
 def test_a_stalled_worker_that_resumes_after_a_takeover_writes_nothing(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
-    with system.db() as blocker:
-        blocker.execute("BEGIN")
-        blocker.execute("LOCK TABLE provider_slots IN EXCLUSIVE MODE")
+    with system.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):
         stale = system.start_worker("image")
         system.dispatch()
-        first = system.wait_status(image["id"], "running")
+        system.wait_status(image["id"], "running")
         system.waiting_on_lock()
         stale.send_signal(signal.SIGSTOP)
-        blocker.execute("ROLLBACK")
     # the lease expires, the reconciler retries the task and another worker completes it
     system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
     drain(system, saved.content_id)
