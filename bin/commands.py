@@ -122,3 +122,42 @@ def dispatch_main(argv: list[str]) -> int:
     dispatch.run_forever(lambda: connect(cfg.database_url, autocommit=True), conn_redis,
                          claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set)
     return 0
+
+
+def keys_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bin/keys", description=(
+        "Manage API keys. Exit codes: 0 done, 1 refused (unknown key id, bad owner or role), "
+        "2 cannot reach PostgreSQL or bad configuration."))
+    sub = parser.add_subparsers(dest="command", required=True)
+    create = sub.add_parser("create", help="make a key and print it once (only its hash is stored)")
+    create.add_argument("--owner", required=True, help="who holds the key; named in every recorded action")
+    create.add_argument("--role", required=True, choices=("editor", "reviewer", "admin"))
+    sub.add_parser("list", help="list keys (never the keys themselves)")
+    revoke = sub.add_parser("revoke", help="revoke a key by id; its sessions end at their next request")
+    revoke.add_argument("key_id", type=int)
+    args = parser.parse_args(argv)
+    cfg = _settings()
+    from pipeline import keys
+    from pipeline.db import connect
+    from pipeline.errors import InvalidInput, NotFound
+    try:
+        with connect(cfg.database_url, autocommit=True) as conn:
+            if args.command == "create":
+                info, token = keys.create(conn, args.owner, args.role)
+                print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")
+                print(token)
+            elif args.command == "list":
+                for info in keys.list_keys(conn):
+                    state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "live"
+                    print(f"{info.id:>5}  {info.key_prefix}…  {info.role:<8}  {info.owner}  "
+                          f"created {info.created_at:%Y-%m-%d %H:%M}  {state}")
+            else:
+                info = keys.revoke(conn, args.key_id)
+                print(f"revoked key {info.id} of {info.owner} ({info.role})")
+    except (InvalidInput, NotFound) as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    except psycopg.OperationalError as exc:
+        print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -84,6 +84,17 @@ def processes(python: str, cfg, redis_url: str) -> list[Child]:
     return children
 
 
+def _first_admin_key(database_url: str, lab_key: str | None) -> None:
+    from pipeline.db import connect
+    from pipeline.keys import ensure_admin_key
+    with connect(database_url, autocommit=True) as conn:
+        token = ensure_admin_key(conn, lab_key)
+    if token:
+        say("dev", f"created an admin API key (shown only now; sign in with it, send it as X-API-Key): {token}")
+    elif lab_key:
+        say("dev", "LAB_API_KEY is an admin API key")
+
+
 def main(argv: list[str]) -> int:
     try:
         cfg = settings_mod.load()
@@ -112,6 +123,7 @@ def main(argv: list[str]) -> int:
         env.setdefault("DEMO_MODE", "true")
         for m in migrations.migrate(env["DATABASE_URL"]):
             say("dev", f"applied migration {m.version:04d}_{m.name}")
+        _first_admin_key(env["DATABASE_URL"], cfg.lab_api_key)
         children = processes(sys.executable, cfg, env["REDIS_URL"])
         for child in children:
             child.start(env)

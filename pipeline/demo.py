@@ -13,6 +13,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+import psycopg
+
+from pipeline import versions
 from pipeline.content import Draft, parse_draft
 from pipeline.errors import Conflict, InvalidInput
 from pipeline.providerwork import build_providers
@@ -122,3 +125,18 @@ def disarm(cfg: Settings) -> int:
     if cfg.image.backend != "local":
         return 0
     return build_providers(cfg)["image"].disarm_all()
+
+
+def start_job(conn: psycopg.Connection, cfg: Settings, theme: str, scenario: str | None, *,
+              actor: str, locale: str | None = None) -> versions.Saved:
+    """Save the theme's lesson with the scenario's fault armed; nothing stays armed if the save is refused."""
+    draft = lesson(theme, locale=locale, mark=run_mark() if scenario else None)
+    if scenario:
+        # armed before the save commits, so no worker can make this lesson's first image call unarmed
+        arm(cfg, scenario)
+    try:
+        return versions.save(conn, draft, cfg, actor=actor)
+    except Exception:
+        if scenario:
+            disarm(cfg)
+        raise

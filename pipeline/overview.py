@@ -162,6 +162,14 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
             "receipts": book.of_task(task_id)}
 
 
+def task_place(conn: psycopg.Connection, task_id: int) -> tuple[int, int]:
+    """(content_id, version) of a task."""
+    row = db.one(conn, "tasks_get", {"task_id": task_id})
+    if row is None:
+        raise NotFound(f"task {task_id} does not exist")
+    return row["content_id"], row["version"]
+
+
 def gauges(conn: psycopg.Connection) -> dict:
     """Numbers for /metrics, from PostgreSQL so every process reports the same."""
     with conn.transaction():

@@ -1,0 +1,51 @@
+"""The OpenAPI document is true: every HTTP API route is in it, with its methods, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import re
+
+DOCUMENTED_BLUEPRINTS = {"api", "media", "metrics", "openapi", "health"}
+METHODS = {"get", "put", "post", "delete", "patch"}
+
+
+def app_routes(app) -> set[tuple[str, str]]:
+    found = set()
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint.split(".")[0] not in DOCUMENTED_BLUEPRINTS:
+            continue
+        path = re.sub(r"<(?:[a-z]+:)?([a-z_0-9]+)>", r"{\1}", rule.rule)
+        found |= {(path, m.lower()) for m in rule.methods - {"HEAD", "OPTIONS"}}
+    return found
+
+
+def document(api) -> dict:
+    response = api.client.get("/api/openapi.json")
+    assert response.status_code == 200 and response.mimetype == "application/json"
+    return response.json
+
+
+def test_every_route_is_in_the_openapi_document_and_vice_versa(app, api):
+    doc = document(api)
+    documented = {(path, method) for path, ops in doc["paths"].items() for method in ops if method in METHODS}
+    assert app_routes(app) == documented
+
+
+def test_every_path_parameter_is_declared_and_every_keyed_operation_documents_401_and_403(api):
+    for path, ops in document(api)["paths"].items():
+        placeholders = set(re.findall(r"{([a-z_0-9]+)}", path))
+        for method, op in ops.items():
+            declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert declared == placeholders, (method, path)
+            if op.get("security"):
+                assert {"401", "403"} <= set(op["responses"]), (method, path)
+
+
+def test_every_schema_reference_resolves(api):
+    doc = document(api)
+    refs = set(re.findall(r'"\$ref": "#/components/schemas/([A-Za-z]+)"', json.dumps(doc)))
+    assert refs and refs <= set(doc["components"]["schemas"])
+
+
+def test_the_ui_is_not_part_of_the_api_document(api):
+    assert not any(path.startswith(("/contents", "/signin", "/tasks")) for path in document(api)["paths"])

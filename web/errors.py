@@ -1,0 +1,89 @@
+"""Errors as answers: `{"error": {"code", "message", ...}}` for /api/, a plain page for the UI.
+
+Domain errors map to status codes here and nowhere else: InvalidInput -> 422 naming
+the field, NotFound -> 404, Conflict -> 409 (an Idempotency-Key reused for another
+body -> 422), CapacityExceeded -> 503 with Retry-After, PostgreSQL away -> 503.
+Anything unexpected is logged and answered 500 without internals.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import psycopg
+from flask import Flask, Response, jsonify, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound, StaleTransition
+from pipeline.log import log
+
+
+class Problem(Exception):
+    """An HTTP-level refusal raised by web code (auth, malformed requests)."""
+
+    def __init__(self, status: int, code: str, message: str, *, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.field, self.headers = field, headers or {}
+
+
+def is_api() -> bool:
+    return request.path.startswith("/api/")
+
+
+def answer(status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+           **extra: object) -> Response:
+    if is_api():
+        body = {"code": code, "message": message, **{k: v for k, v in extra.items() if v is not None}}
+        response = jsonify(error=body)
+    else:
+        response = Response(render_template("error.html", status=status, code=code, message=message), mimetype="text/html")
+    response.status_code = status
+    response.headers.update(headers or {})
+    return response
+
+
+def _http(exc: HTTPException) -> Response:
+    code = (exc.name or "error").lower().replace(" ", "_")
+    headers = {"Allow": ", ".join(exc.valid_methods)} if getattr(exc, "valid_methods", None) else None
+    return answer(exc.code or 500, code, exc.description or exc.name, headers=headers)
+
+
+def _conflict(exc: Conflict) -> Response:
+    status = 422 if exc.code == "idempotency_key_reused" else 409
+    return answer(status, exc.code, str(exc), details=exc.details or None)
+
+
+def _capacity(exc: CapacityExceeded) -> Response:
+    return answer(503, "over_capacity", f"{exc}; nothing was saved, retry after {exc.retry_after} s",
+                  headers={"Retry-After": str(exc.retry_after)})
+
+
+def _database(exc: psycopg.OperationalError) -> Response:
+    log("database_unavailable", path=request.path, error=exc.__class__.__name__)
+    return answer(503, "database_unavailable", "the database is unreachable; retry shortly",
+                  headers={"Retry-After": "5"})
+
+
+def _unexpected(exc: Exception) -> Response:
+    if isinstance(exc, HTTPException):
+        return _http(exc)
+    # messages may quote input, which logs must not hold: log the class and where it was raised
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    log("request_failed", path=request.path, method=request.method, error=exc.__class__.__name__,
+        at=f"{frame.filename}:{frame.lineno}" if frame else None)
+    return answer(500, "internal_error", "something went wrong on our side; it was logged")
+
+
+def init_app(app: Flask) -> None:
+    app.register_error_handler(Problem, lambda e: answer(e.status, e.code, e.message, field=e.field,
+                                                         headers=e.headers))
+    app.register_error_handler(InvalidInput, lambda e: answer(422, "invalid_input", str(e), field=e.field))
+    app.register_error_handler(NotFound, lambda e: answer(404, "not_found", str(e)))
+    app.register_error_handler(Conflict, _conflict)
+    app.register_error_handler(StaleTransition, lambda e: answer(409, "stale_transition", str(e)))
+    app.register_error_handler(CapacityExceeded, _capacity)
+    app.register_error_handler(psycopg.OperationalError, _database)
+    app.register_error_handler(HTTPException, _http)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,116 @@
+"""Reading requests: JSON bodies, headers and path ids, with errors that name what to fix.
+
+Path ids are matched by converters that only accept numbers the database columns can
+hold, so an absurd id is a 404, never a database error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Flask, request
+from werkzeug.routing import BaseConverter
+
+from pipeline.errors import InvalidInput
+from web.errors import Problem
+
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class IdConverter(BaseConverter):
+    """A bigint row id: 1 to 18 digits, no sign."""
+
+    regex = r"[1-9][0-9]{0,17}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value: Any) -> str:
+        return str(int(value))
+
+
+class VersionConverter(IdConverter):
+    """A version number: fits PostgreSQL's integer."""
+
+    regex = r"[1-9][0-9]{0,8}"
+
+
+def init_app(app: Flask) -> None:
+    app.url_map.converters["id"] = IdConverter
+    app.url_map.converters["ver"] = VersionConverter
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+
+
+def json_body(*, required: bool = True) -> Any:
+    """The parsed JSON body; an empty body is {} when not required. Malformed JSON is a 400."""
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        if required:
+            raise Problem(400, "invalid_json", "send a JSON object body with Content-Type: application/json")
+        return {}
+    body = request.get_json(force=True, silent=True)
+    if body is None:
+        raise Problem(400, "invalid_json", "the body is not valid JSON (UTF-8); check quotes and commas")
+    check_storable(body)
+    return body
+
+
+def _unstorable(text: str) -> bool:
+    # PostgreSQL text cannot hold NUL, and a lone surrogate (legal in JSON escapes) is not UTF-8
+    return "\x00" in text or any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def check_storable(value: Any, path: str = "") -> None:
+    """Refuse strings the database cannot store, naming where they are, before any rule sees them."""
+    if isinstance(value, str):
+        if _unstorable(value):
+            raise InvalidInput(f"{path or 'body'} holds a NUL character or an unpaired surrogate; remove it",
+                               field=path or "body")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_storable(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_storable(item, f"{path}[{i}]")
+
+
+def json_object(*, required: bool = True) -> dict:
+    body = json_body(required=required)
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object", field="body")
+    return body
+
+
+def idempotency_key() -> str | None:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise Problem(400, "invalid_header", "Idempotency-Key must be 1 to 200 visible ASCII characters, "
+                                             "e.g. a UUID", field="Idempotency-Key")
+    return key
+
+
+def base_version(body: dict) -> int:
+    value = body.get("base_version")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2_147_483_647:
+        raise InvalidInput("base_version is required: the version number your edit starts from", field="base_version")
+    return value
+
+
+def flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false", field=name)
+    return value
+
+
+def text(body: dict, name: str, limit: int) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name} is required and must be a non-empty string", field=name)
+    if len(value) > limit:
+        raise InvalidInput(f"{name} is {len(value)} characters; the limit is {limit}", field=name)
+    return value.strip()

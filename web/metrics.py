@@ -1,0 +1,75 @@
+"""`GET /metrics`: Prometheus text, with every number read from PostgreSQL at scrape time.
+
+Counting in process memory would give each gunicorn worker its own story; reading the
+database makes every process (and every replica) report the same truth.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from flask import Blueprint, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from pipeline import overview
+from pipeline.states import TaskKind, TaskStatus
+from web.db import get_conn
+
+bp = Blueprint("metrics", __name__)
+
+SNAPSHOT_GAUGES = {
+    "oldest_ready_seconds": ("mediapipe_oldest_ready_task_age_seconds",
+                             "Age of the oldest task that is due and runnable but not yet claimed"),
+    "outbox_unsent": ("mediapipe_outbox_unsent", "Outbox messages not yet sent to RQ"),
+    "outbox_oldest_seconds": ("mediapipe_outbox_oldest_unsent_age_seconds", "Age of the oldest unsent outbox message"),
+    "expired_leases": ("mediapipe_expired_leases", "Running tasks whose lease ran out (the reconciler's work)"),
+    "unknown_tasks": ("mediapipe_unknown_tasks", "Tasks whose provider outcome is unknown"),
+    "reconcile_age_seconds": ("mediapipe_last_reconcile_age_seconds", "Time since the last reconcile run finished"),
+    "reconcile_duration_seconds": ("mediapipe_last_reconcile_duration_seconds", "Duration of the last reconcile run"),
+}
+SNAPSHOT_COUNTERS = {
+    "retries": ("mediapipe_task_retries", "Automatic retries scheduled (transitions to retry)"),
+    "manual_retries": ("mediapipe_manual_retries", "Failed tasks retried by an editor"),
+    "duplicate_risk_accepted": ("mediapipe_duplicate_risk_retries",
+                                "Unknown tasks retried with the risk of a duplicate charge accepted"),
+}
+
+
+class DatabaseCollector:
+    """A prometheus_client collector over one `overview.gauges` reading."""
+
+    def __init__(self, reading: dict) -> None:
+        self.reading = reading
+
+    def collect(self) -> Iterator[Metric]:
+        tasks = GaugeMetricFamily("mediapipe_tasks", "Tasks by status and kind", labels=["status", "kind"])
+        counts = {(r["status"], r["kind"]): r["n"] for r in self.reading["tasks"]}
+        for status in TaskStatus:
+            for kind in TaskKind:  # zeros too, so a series never vanishes when its last task moves on
+                tasks.add_metric([status.value, kind.value], counts.get((status.value, kind.value), 0))
+        yield tasks
+        snapshot = self.reading["snapshot"]
+        for key, (name, doc) in SNAPSHOT_GAUGES.items():
+            if snapshot[key] is None and key.startswith("reconcile"):
+                continue  # never ran: an absent series, so `absent()` alerts fire instead of a fake zero age
+            yield GaugeMetricFamily(name, doc, value=float(snapshot[key] or 0))
+        for key, (name, doc) in SNAPSHOT_COUNTERS.items():
+            yield CounterMetricFamily(name, doc, value=float(snapshot[key] or 0))
+        calls = CounterMetricFamily("mediapipe_provider_calls", "Provider calls in the ledger by outcome",
+                                    labels=["provider", "outcome"])
+        cost = CounterMetricFamily("mediapipe_provider_cost", "Estimated provider cost in the ledger by outcome",
+                                   labels=["provider", "outcome"])
+        for row in self.reading["calls"]:
+            calls.add_metric([row["provider"], row["outcome"]], row["n"])
+            cost.add_metric([row["provider"], row["outcome"]], row["cost"])
+        yield calls
+        yield cost
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(overview.gauges(get_conn())))
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST,
+                    headers={"Cache-Control": "no-store"})

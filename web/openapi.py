@@ -1,0 +1,200 @@
+"""The OpenAPI 3.1 document of the HTTP API, served at /api/openapi.json.
+
+Kept true by tests/web/test_openapi.py: every route of the api, media, metrics and
+health blueprints is described here with its methods, and nothing else is.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+
+from pipeline.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
+from pipeline.demo import SCENARIOS, themes
+
+bp = Blueprint("openapi", __name__)
+
+JSON = "application/json"
+ERROR_TEXT = {400: "Malformed request (e.g. invalid JSON)", 401: "Missing, unknown or revoked X-API-Key",
+              403: "The key's role does not allow this", 404: "No such resource",
+              409: "The current state forbids this; `error.code` says why",
+              413: "Body larger than 1 MiB", 415: "Unsupported media type",
+              422: "Invalid input; `error.field` names the part to fix",
+              503: "Over capacity or database unavailable; see Retry-After"}
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def body(schema: dict, text: str = "OK", headers: dict | None = None) -> dict:
+    answer = {"description": text, "content": {JSON: {"schema": schema}}}
+    if headers:
+        answer["headers"] = headers
+    return answer
+
+
+def errors(*codes: int) -> dict:
+    found = {}
+    for code in codes:
+        headers = {"Retry-After": {"schema": {"type": "integer"}}} if code == 503 else None
+        found[str(code)] = body(ref("Error"), ERROR_TEXT[code], headers)
+    return found
+
+
+def op(summary: str, responses: dict, *, auth: bool = True, request: dict | None = None,
+       params: list | None = None, tag: str = "contents", body_required: bool = True) -> dict:
+    doc = {"summary": summary, "tags": [tag], "responses": responses}
+    if auth:
+        doc["security"] = [{"apiKey": []}]
+        doc["responses"] = {**responses, **errors(401, 403)}
+    if request:
+        doc["requestBody"] = {"required": body_required, "content": {JSON: {"schema": request}}}
+    if params:
+        doc["parameters"] = params
+    return doc
+
+
+def path_param(name: str, maximum: int) -> dict:
+    return {"name": name, "in": "path", "required": True,
+            "schema": {"type": "integer", "minimum": 1, "maximum": maximum}}
+
+
+CONTENT = path_param("content_id", 999_999_999_999_999_999)
+VERSION = path_param("version", 999_999_999)
+TASK = path_param("task_id", 999_999_999_999_999_999)
+LOCATION = {"Location": {"schema": {"type": "string"}}}
+IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
+               "schema": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[!-~]+$"}}
+OBJECT = {"type": "object"}
+NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+
+SCHEMAS = {
+    "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["code", "message"],
+        "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"},
+                       "details": OBJECT}}}},
+    "Block": {"type": "object", "required": ["key", "text"], "properties": {
+        "key": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"},
+        "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT},
+        "image_prompt": {"type": ["string", "null"], "maxLength": MAX_PROMPT}}},
+    "ContentInput": {"type": "object", "required": ["title", "locale", "blocks"], "properties": {
+        "title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE},
+        "locale": {"type": "string", "pattern": "^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$", "maxLength": 35,
+                   "examples": ["zh-CN", "en-US"]},
+        "theme": {"type": ["string", "null"], "maxLength": 100},
+        "blocks": {"type": "array", "minItems": 1, "maxItems": MAX_BLOCKS, "items": ref("Block"),
+                   "description": "block keys must be unique"}}},
+    "ContentUpdate": {"allOf": [ref("ContentInput"), {"type": "object", "required": ["base_version"], "properties": {
+        "base_version": {"type": "integer", "minimum": 1, "maximum": 2_147_483_647,
+                         "description": "the version the edit starts from; 409 unless it is the latest"}}}]},
+    "Accepted": {"type": "object", "required": ["content_id", "version", "status_url"], "properties": {
+        "content_id": {"type": "integer"}, "version": {"type": "integer"}, "status_url": {"type": "string"},
+        "content_url": {"type": "string"}, "board_url": {"type": "string"}}},
+    "Progress": {"type": "object", "properties": {"total": {"type": "integer"}, "succeeded": {"type": "integer"},
+                                                  "percent": {"type": "integer"}, "counts": OBJECT}},
+    "ContentList": {"type": "object", "properties": {"items": {"type": "array", "items": OBJECT},
+                                                     "total": {"type": "integer"}}},
+    "Content": {"type": "object", "properties": {"id": {"type": "integer"}, "title": {"type": "string"},
+                                                 "current_version": {"type": "integer"},
+                                                 "approved_version": {"type": ["integer", "null"]},
+                                                 "versions": {"type": "array", "items": OBJECT}}},
+    "Task": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "kind": {"enum": ["image", "tts", "bundle"]}, "block": {"type": ["string", "null"]},
+        "status": {"type": "string"}, "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
+        "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
+        "sha256": {"type": ["string", "null"]}, "asset_url": {"type": ["string", "null"]},
+        "events": {"type": "array", "items": OBJECT}}},
+    "Version": {"type": "object", "properties": {
+        "content_id": {"type": "integer"}, "version": {"type": "integer"}, "progress": ref("Progress"),
+        "tasks": {"type": "array", "items": ref("Task")}, "approvable": {"type": "boolean"},
+        "approval_blockers": {"type": "array", "items": {"type": "string"}}, "spend": OBJECT}},
+    "TaskTimeline": {"allOf": [ref("Task"), {"type": "object", "properties": {
+        "calls": {"type": "array", "items": OBJECT}, "receipts": {"type": "array", "items": OBJECT}}}]},
+    "Approval": {"type": "object", "properties": {"content_id": {"type": "integer"}, "version": {"type": "integer"},
+                                                  "approved_at": {"type": "string"}, "approved_by": {"type": "string"}}},
+    "Cancelled": {"type": "object", "properties": {"cancelled_now": {"type": "integer"},
+                                                   "status_url": {"type": "string"}}},
+    "RetryInput": {"type": "object", "properties": {"accept_duplicate_risk": {
+        "type": "boolean", "description": "required (true) to retry an unknown task: it may be charged twice"}}},
+    "RetryAccepted": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"},
+                                                       "attempts": {"type": "integer"},
+                                                       "max_attempts": {"type": "integer"}}},
+    "ResolveInput": {"type": "object", "required": ["outcome", "note"], "properties": {
+        "outcome": {"const": "failed"}, "note": {"type": "string", "minLength": 1, "maxLength": 2000}}},
+    "Resolved": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"}}},
+    "Delivery": {"type": "object", "properties": {
+        "content_id": {"type": "integer"}, "version": {"type": "integer"}, "title": {"type": "string"},
+        "blocks": {"type": "array", "items": OBJECT}, "bundle": OBJECT}},
+    "JobInput": {"type": "object", "required": ["theme"], "properties": {
+        "theme": {"enum": themes(), "description": "a built-in lesson, by its Chinese or English name"},
+        "scenario": {"enum": list(SCENARIOS)},
+        "locale": {"enum": ["zh-CN", "en-US"]}}},
+}
+
+
+def paths() -> dict:
+    content, version, task = [CONTENT], [CONTENT, VERSION], [TASK]
+    accepted = {"202": body(ref("Accepted"), "Accepted: poll the Location", LOCATION)}
+    return {
+        "/api/contents": {
+            "get": op("List content items with progress", {"200": body(ref("ContentList"))}),
+            "post": op("Create a content item (version 1)", {**accepted, **errors(400, 413, 422, 503)},
+                       request=ref("ContentInput"), params=[IDEMPOTENCY])},
+        "/api/contents/{content_id}": {
+            "get": op("A content item and its versions", {"200": body(ref("Content")), **errors(404)}, params=content),
+            "put": op("Save a new version on top of base_version",
+                      {**accepted, **errors(400, 404, 409, 413, 422, 503)}, request=ref("ContentUpdate"),
+                      params=[CONTENT, IDEMPOTENCY])},
+        "/api/contents/{content_id}/versions/{version}": {
+            "get": op("A version: tasks, events, progress, spend", {"200": body(ref("Version")), **errors(404)},
+                      params=version)},
+        "/api/contents/{content_id}/versions/{version}/approve": {
+            "post": op("Approve a complete version (reviewer)", {"200": body(ref("Approval")), **errors(400, 404, 409)},
+                       params=version)},
+        "/api/contents/{content_id}/versions/{version}/cancel": {
+            "post": op("Cancel a version's unfinished work", {"202": body(ref("Cancelled"), "Accepted", LOCATION),
+                                                              **errors(400, 404)}, params=version)},
+        "/api/contents/{content_id}/delivery": {
+            "get": op("The manifest of the approved version", {"200": body(ref("Delivery")), **errors(404, 409)},
+                      params=content)},
+        "/api/tasks/{task_id}": {
+            "get": op("A task's timeline, calls and receipts", {"200": body(ref("TaskTimeline")), **errors(404)},
+                      params=task, tag="tasks")},
+        "/api/tasks/{task_id}/retry": {
+            "post": op("Retry a failed task, or an unknown one accepting the duplicate-charge risk",
+                       {"202": body(ref("RetryAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422)},
+                       params=task, tag="tasks", request=ref("RetryInput"), body_required=False)},
+        "/api/tasks/{task_id}/resolve": {
+            "post": op("Close an unknown task as failed", {"200": body(ref("Resolved")), **errors(400, 404, 409, 422)},
+                       params=task, tag="tasks", request=ref("ResolveInput"))},
+        "/api/jobs": {
+            "post": op("Demo mode: a built-in lesson with an armed fault scenario",
+                       {**accepted, **errors(400, 404, 409, 422, 503)}, request=ref("JobInput"), tag="demo")},
+        "/api/openapi.json": {"get": op("This document", {"200": body(OBJECT)}, auth=False, tag="meta")},
+        "/media/{sha256}": {"get": op("A stored asset by its sha256 (immutable, long cache)", {
+            "200": {"description": "The asset bytes with their media type"}, "404": {"description": "No such asset"}},
+            auth=False, tag="media", params=[{"name": "sha256", "in": "path", "required": True,
+                                              "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}])},
+        "/metrics": {"get": op("Prometheus metrics read from PostgreSQL", {"200": {
+            "description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            auth=False, tag="meta")},
+        "/healthz": {"get": op("Liveness", {"200": body(OBJECT)}, auth=False, tag="meta")},
+        "/readyz": {"get": op("Readiness of PostgreSQL, Redis and the schema",
+                              {"200": body(OBJECT), "503": body(OBJECT, "Not ready")}, auth=False, tag="meta")},
+    }
+
+
+def document() -> dict:
+    return {"openapi": "3.1.0",
+            "info": {"title": "Media pipeline API", "version": "1.0.0",
+                     "description": "Editors save content; images and narration are made by paid providers; "
+                                    "reviewers approve; integrators fetch the delivery. Errors are "
+                                    "{\"error\": {\"code\", \"message\"}}."},
+            "paths": paths(),
+            "components": {"schemas": SCHEMAS,
+                           "securitySchemes": {"apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}}}
+
+
+@bp.get("/api/openapi.json")
+def openapi_json():
+    return jsonify(document())

@@ -1,0 +1,63 @@
+"""Presentation helpers for the templates: words for states and errors, times, money. Pure."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from flask import Flask
+
+STATUS_WORDS = {
+    "ready": "waiting", "running": "working", "retry": "will retry", "unknown": "outcome unknown",
+    "failed": "failed", "succeeded": "done", "superseded": "superseded", "cancelled": "cancelled",
+}
+KIND_WORDS = {"image": "Image", "tts": "Narration", "bundle": "Bundle"}
+# The engine records "<ErrorClass>: <provider message>"; say what that means for the editor.
+ERROR_WORDS = (
+    ("outcome unknown", "The provider may have done the work (and charged for it), but we could not confirm"),
+    ("unclassified error", "An unexpected error; treated as unknown so nothing is paid twice by accident"),
+    ("busy", "The provider was busy or rate limited; trying again later without using up an attempt"),
+    ("Transient", "The request never reached the provider"),
+    ("Permanent", "The provider refused the request"),
+    ("deadline passed", "Ran out of time before it could finish"),
+    ("lease expired", "The worker stopped answering while it worked"),
+    ("resolved:", "Closed as failed by an editor"),
+)
+
+
+def status_words(status: str | None) -> str:
+    return STATUS_WORDS.get(status or "", status or "")
+
+
+def error_in_words(message: str | None) -> str:
+    if not message:
+        return ""
+    for marker, words in ERROR_WORDS:
+        if marker.lower() in message.lower():
+            return f"{words}. Details: {message}"
+    return message
+
+
+def when(value: datetime | None) -> str:
+    """Short absolute time in UTC, with the date only when it is not today."""
+    if value is None:
+        return ""
+    value = value.astimezone(timezone.utc)
+    today = datetime.now(timezone.utc).date()
+    return value.strftime("%H:%M:%S UTC") if value.date() == today else value.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def seconds_until(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    delta = (value - datetime.now(timezone.utc)).total_seconds()
+    return "now" if delta <= 0 else f"in {delta:.0f} s" if delta < 120 else f"in {delta / 60:.0f} min"
+
+
+def money(value: float | int | None) -> str:
+    return f"{float(value or 0):.4f}"
+
+
+def init_app(app: Flask) -> None:
+    app.jinja_env.filters.update(status_words=status_words, error_in_words=error_in_words, when=when,
+                                 seconds_until=seconds_until, money=money,
+                                 kind_words=lambda k: KIND_WORDS.get(k, k))

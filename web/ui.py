@@ -1,0 +1,134 @@
+"""The editors' pages: sign in, contents list, editor, version board, task timeline, delivery.
+
+Server-rendered; the only script polls the board while work runs and helps edit blocks.
+Every page needs a signed-in key (the session keeps its id); every POST carries the
+session's CSRF token (checked before any view runs). State changes live in web.ui_actions.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, g, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from pipeline import demo, keys, overview, review
+from pipeline.content import LIMITS
+from pipeline.errors import Conflict
+from receipts.calls import ReceiptBook
+from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
+from web.db import get_conn, settings
+
+bp = Blueprint("ui", __name__)
+PUBLIC = {"ui.signin", "ui.signin_post"}
+
+
+@bp.before_request
+def guard() -> Response | None:
+    if request.method == "POST":
+        check_csrf()
+    g.user = session_principal()
+    if g.user is None and request.endpoint not in PUBLIC:
+        return redirect(url_for("ui.signin", next=request.full_path.rstrip("?") if request.method == "GET" else None))
+    return None
+
+
+@bp.app_context_processor
+def template_globals() -> dict:
+    return {"csrf_token": csrf_token, "user": g.get("user"), "demo_mode": settings().demo_mode}
+
+
+def need(permission: str) -> None:
+    if not g.user.may(permission):
+        allowed = " or ".join(keys.roles_allowed(permission))
+        abort(403, description=f"this needs the {allowed} role; you are signed in as {g.user.owner} "
+                               f"({g.user.role})")
+
+
+def _safe_next(target: str | None) -> str:
+    # only local paths: an open redirect would let a link send a signed-in editor anywhere
+    if target and target.startswith("/") and not target.startswith("//"):
+        return target
+    return url_for("ui.contents")
+
+
+@bp.get("/signin")
+def signin():
+    return render_template("signin.html", next=request.args.get("next", ""))
+
+
+@bp.post("/signin")
+def signin_post():
+    principal = keys.authenticate(get_conn(), request.form.get("api_key", "").strip())
+    if principal is None:
+        return render_template("signin.html", error="That key is unknown or revoked.",
+                               next=request.form.get("next", "")), 401
+    sign_in(principal)
+    return redirect(_safe_next(request.form.get("next")), code=303)
+
+
+@bp.post("/signout")
+def signout():
+    sign_out()
+    return redirect(url_for("ui.signin"), code=303)
+
+
+@bp.get("/")
+def contents():
+    page = overview.contents_list(get_conn(), limit=100)
+    return render_template("contents.html", page=page, themes=demo.themes(), scenarios=list(demo.SCENARIOS))
+
+
+@bp.get("/contents/new")
+def new_content():
+    need("edit")
+    blank = {"title": "", "locale": "zh-CN", "theme": "", "blocks": [{"key": "b1", "text": "", "image_prompt": ""}]}
+    return render_template("editor.html", form=blank, content=None, limits=LIMITS)
+
+
+@bp.get("/contents/<id:content_id>")
+def content(content_id: int):
+    doc = overview.content(get_conn(), content_id)
+    return redirect(url_for("ui.board", content_id=content_id, version=doc["current_version"]))
+
+
+@bp.get("/contents/<id:content_id>/edit")
+def edit_content(content_id: int):
+    need("edit")
+    doc = overview.content(get_conn(), content_id)
+    form = {"title": doc["title"], "locale": doc["locale"], "theme": doc["theme"] or "",
+            "blocks": doc["blocks"], "base_version": doc["current_version"]}
+    return render_template("editor.html", form=form, content=doc, limits=LIMITS)
+
+
+def _board(content_id: int, version: int) -> dict:
+    return overview.version(get_conn(), content_id, version)
+
+
+@bp.get("/contents/<id:content_id>/versions/<ver:version>")
+def board(content_id: int, version: int):
+    doc = _board(content_id, version)
+    others = overview.content(get_conn(), content_id)["versions"]
+    return render_template("board.html", v=doc, versions=others)
+
+
+@bp.get("/contents/<id:content_id>/versions/<ver:version>/live")
+def board_live(content_id: int, version: int):
+    """The board's changing part, for the page's 2-second polling while work runs."""
+    return render_template("_board.html", v=_board(content_id, version))
+
+
+@bp.get("/tasks/<id:task_id>")
+def task(task_id: int):
+    doc = overview.task(get_conn(), task_id, ReceiptBook(settings().media_dir))
+    return render_template("task.html", t=doc)
+
+
+@bp.get("/contents/<id:content_id>/delivery")
+def delivery(content_id: int):
+    head = overview.content(get_conn(), content_id)
+    try:
+        manifest, blockers = review.delivery(get_conn(), content_id), None
+    except Conflict as exc:
+        if exc.code != "not_deliverable":
+            raise
+        manifest, blockers = None, exc.details
+    return render_template("delivery.html", content=head, manifest=manifest, blockers=blockers)

@@ -1,0 +1,159 @@
+"""The editors' form posts: save, approve, cancel, retry, resolve, demo job.
+
+Each parses the form, calls `pipeline`, and redirects (303) to the page that shows the
+result, with a flash message in words. Refusals the editor can act on (a stale base
+version, an incomplete version, a missing confirmation) come back as messages, not errors.
+"""
+
+from __future__ import annotations
+
+from flask import flash, g, redirect, render_template, request, url_for
+from werkzeug.datastructures import MultiDict
+
+from pipeline import demo, overview, review, versions
+from pipeline.content import LIMITS, parse_draft
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from web.api import send_fast
+from web.db import get_conn, settings
+from web.inputs import check_storable
+from web.ui import bp, need
+
+MAX_NOTE = 2000
+
+
+def form_blocks(form: MultiDict) -> list[dict]:
+    """Block rows from the editor's parallel lists; fully blank rows are dropped, missing keys filled."""
+    keys, texts, prompts = (form.getlist(name) for name in ("block_key", "block_text", "block_prompt"))
+    rows, used = [], {k.strip() for k in keys if k.strip()}
+    for i, text in enumerate(texts):
+        key = keys[i].strip() if i < len(keys) else ""
+        prompt = prompts[i].strip() if i < len(prompts) else ""
+        if not key and not text.strip() and not prompt:
+            continue
+        if not key:
+            key = next(f"b{n}" for n in range(1, 10_000) if f"b{n}" not in used)
+            used.add(key)
+        rows.append({"key": key, "text": text, "image_prompt": prompt or None})
+    return rows
+
+
+def form_draft(form: MultiDict) -> dict:
+    return {"title": form.get("title", ""), "locale": form.get("locale", "").strip(),
+            "theme": form.get("theme", "").strip() or None, "blocks": form_blocks(form)}
+
+
+def reuse_summary(board: dict) -> str:
+    """What a save will make anew and what it reuses, by block, in words."""
+    media = [t for t in board["tasks"] if t["kind"] != "bundle"]
+    reused = [t for t in media if t["reusable"]]
+    fresh_blocks = sorted({t["block"] for t in media if not t["reusable"]})
+    reused_blocks = sorted({t["block"] for t in reused} - set(fresh_blocks))
+    words = f"Saved version {board['version']}. {len(reused)} of {len(media)} media will be reused from earlier work"
+    if reused_blocks:
+        words += f" (blocks {', '.join(reused_blocks)} unchanged)"
+    if fresh_blocks:
+        words += f"; new media for {', '.join(fresh_blocks)}"
+    return words + "."
+
+
+def _save(content_id: int | None):
+    need("edit")
+    body = form_draft(request.form)
+    base = request.form.get("base_version", type=int)
+    content = overview.content(get_conn(), content_id) if content_id else None
+    try:
+        check_storable(body)
+        saved = versions.save(get_conn(), parse_draft(body), settings(), actor=g.user.owner,
+                              content_id=content_id, base_version=base)
+    except (InvalidInput, Conflict, CapacityExceeded) as exc:
+        status = 422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict) else 503
+        field = getattr(exc, "field", None)
+        return render_template("editor.html", form={**body, "base_version": base}, content=content,
+                               limits=LIMITS, error=str(exc), field=field), status
+    send_fast(saved.outbox_ids)
+    flash(reuse_summary(overview.version(get_conn(), saved.content_id, saved.version)), "ok")
+    return redirect(url_for("ui.board", content_id=saved.content_id, version=saved.version), code=303)
+
+
+@bp.post("/contents/new")
+def create_content():
+    return _save(None)
+
+
+@bp.post("/contents/<id:content_id>/edit")
+def update_content(content_id: int):
+    return _save(content_id)
+
+
+def _back_to_board(content_id: int, version: int):
+    return redirect(url_for("ui.board", content_id=content_id, version=version), code=303)
+
+
+@bp.post("/contents/<id:content_id>/versions/<ver:version>/approve")
+def approve(content_id: int, version: int):
+    need("review")
+    try:
+        review.approve(get_conn(), content_id, version, actor=g.user.owner)
+        flash(f"Version {version} is approved; it is what the delivery serves now.", "ok")
+    except Conflict as exc:
+        flash(f"Not approved: {exc}", "error")
+    return _back_to_board(content_id, version)
+
+
+@bp.post("/contents/<id:content_id>/versions/<ver:version>/cancel")
+def cancel(content_id: int, version: int):
+    need("edit")
+    count = versions.cancel(get_conn(), content_id, version, actor=g.user.owner)
+    flash(f"Version {version} cancelled: {count} waiting tasks stopped now; a running one stops at its next "
+          "check.", "ok")
+    return _back_to_board(content_id, version)
+
+
+def _task_redirect(task_id: int):
+    if request.form.get("back") == "task":
+        return redirect(url_for("ui.task", task_id=task_id), code=303)
+    return _back_to_board(*overview.task_place(get_conn(), task_id))
+
+
+@bp.post("/tasks/<id:task_id>/retry")
+def retry(task_id: int):
+    need("edit")
+    accept = request.form.get("accept_duplicate_risk") == "yes"
+    try:
+        reopened = review.retry(get_conn(), task_id, settings(), actor=g.user.owner, accept_duplicate_risk=accept)
+        send_fast(reopened.outbox_ids)
+        flash(f"Task {task_id} will run again (attempt budget now {reopened.max_attempts})"
+              + (", with the duplicate-charge risk accepted by you." if accept else "."), "ok")
+    except Conflict as exc:
+        flash(f"Not retried: {exc}", "error")
+    return _task_redirect(task_id)
+
+
+@bp.post("/tasks/<id:task_id>/resolve")
+def resolve(task_id: int):
+    need("edit")
+    note = request.form.get("note", "").strip()
+    if not note:
+        flash("Say why you mark it as failed (for example what the provider's dashboard shows).", "error")
+        return _task_redirect(task_id)
+    try:
+        check_storable(note, "note")
+        review.resolve_failed(get_conn(), task_id, note[:MAX_NOTE], actor=g.user.owner)
+        flash(f"Task {task_id} is marked as failed.", "ok")
+    except (Conflict, InvalidInput) as exc:
+        flash(f"Not changed: {exc}", "error")
+    return _task_redirect(task_id)
+
+
+@bp.post("/demo")
+def demo_job():
+    need("edit")
+    cfg = settings()
+    if not cfg.demo_mode:
+        raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
+    theme, scenario, _ = demo.parse_job({"theme": request.form.get("theme", ""),
+                                         "scenario": request.form.get("scenario") or None})
+    saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner)
+    send_fast(saved.outbox_ids)
+    flash(f"Demo lesson {theme!r} created" + (f" with the {scenario} scenario armed." if scenario else "."), "ok")
+    return redirect(url_for("ui.board", content_id=saved.content_id, version=saved.version), code=303)
