@@ -128,13 +128,22 @@ def main(argv: list[str]) -> int:
         for child in children:
             child.start(env)
         say("dev", f"web on http://127.0.0.1:{cfg.port}/  (Ctrl-C stops everything)")
+        restarts: list[float] = []
         while not stopping.is_set():
             for child in children:
-                if child.process.poll() is not None:
-                    say("dev", f"{child.name} exited with {child.process.returncode}; stopping the stack")
+                if child.process.poll() is None:
+                    continue
+                # like a process supervisor: a crashed process (a demo worker_crash, say) is started again,
+                # unless processes keep dying, which means something is wrong with the stack itself
+                restarts = [t for t in restarts if t > time.monotonic() - 60] + [time.monotonic()]
+                if len(restarts) > 10:
+                    say("dev", f"{child.name} exited with {child.process.returncode}; too many restarts, stopping")
                     stopping.set()
+                    return 1
+                say("dev", f"{child.name} exited with {child.process.returncode}; restarting it")
+                child.start(env)
             stopping.wait(0.5)
-        return 0 if all(c.process.poll() is None for c in children) else 1
+        return 0
     except (ServerError, migrations.MigrationError) as exc:
         print(f"bin/dev: {exc}", file=sys.stderr)
         return 2

@@ -49,7 +49,6 @@ CREATE TABLE tasks (
     status        task_status NOT NULL DEFAULT 'ready',
     attempts      integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     max_attempts  integer NOT NULL CHECK (max_attempts >= 1),
-    dispatches    integer NOT NULL DEFAULT 0 CHECK (dispatches >= 0),
     available_at  timestamptz NOT NULL DEFAULT now(),
     deadline_at   timestamptz NOT NULL,
     lease_token   uuid,

@@ -1,7 +1,7 @@
 """A stable text description of a database's schema, for the migration snapshot test.
 
 Regenerate the snapshot after adding a migration:
-    .venv/bin/python -m tests.schemadump postgresql://... > schema/snapshot.txt
+    .venv/bin/python -m tests.schemadump --fresh > schema/snapshot.txt
 (or run the failing test: it writes the actual description next to the snapshot).
 """
 
@@ -35,5 +35,23 @@ def describe(url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fresh() -> str:
+    """Describe the schema the migrations build on a new, empty embedded server."""
+    import tempfile
+    from pathlib import Path
+
+    from bin.embedded import Postgres, free_port
+    from pipeline import migrations
+    base = Path(tempfile.mkdtemp(prefix="mediapipe-schema-"))
+    base.chmod(0o755)
+    server = Postgres(base / "pg", free_port(), durable=False)
+    server.start()
+    try:
+        migrations.migrate(server.url())
+        return describe(server.url())
+    finally:
+        server.stop(mode="immediate")
+
+
 if __name__ == "__main__":
-    sys.stdout.write(describe(sys.argv[1]))
+    sys.stdout.write(fresh() if sys.argv[1:] == ["--fresh"] else describe(sys.argv[1]))

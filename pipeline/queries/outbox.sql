@@ -34,13 +34,10 @@ WHERE o.id = due.id
 RETURNING o.id, o.task_id, o.queue;
 
 -- outbox_mark_sent: record the enqueue, only for rows this claim still holds
-WITH sent AS (
-    UPDATE outbox SET sent_at = now(), rq_job_id = 'task-' || task_id || '-' || id
-    WHERE id = ANY(%(ids)s) AND claim_token = %(claim_token)s AND sent_at IS NULL
-    RETURNING id, task_id
-)
-UPDATE tasks t SET dispatches = dispatches + 1 FROM sent WHERE t.id = sent.task_id
-RETURNING sent.id;
+-- (it must not touch the task row: a worker claiming that task right now skips locked rows)
+UPDATE outbox SET sent_at = now(), rq_job_id = 'task-' || task_id || '-' || id
+WHERE id = ANY(%(ids)s) AND claim_token = %(claim_token)s AND sent_at IS NULL
+RETURNING id;
 
 -- outbox_unsent_count: messages waiting to be sent
 SELECT count(*) AS unsent, min(created_at) AS oldest FROM outbox WHERE sent_at IS NULL;

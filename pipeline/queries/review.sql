@@ -87,7 +87,8 @@ SELECT version, title, saved_by, saved_at, approved_at, approved_by, cancel_requ
 FROM versions WHERE content_id = %(content_id)s ORDER BY version DESC;
 
 -- tasks_of_version_view: a version's tasks with their asset and whether their input already has an asset
-SELECT t.id, t.kind, t.block_key, t.status, t.attempts, t.max_attempts, t.dispatches, t.available_at,
+SELECT t.id, t.kind, t.block_key, t.status, t.attempts, t.max_attempts,
+       (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches, t.available_at,
        t.deadline_at, t.lease_until, t.asset_sha256, t.last_error, t.fingerprint, t.updated_at,
        (i.sha256 IS NOT NULL) AS reusable, a.media_type, a.size AS asset_size, a.duration_ms, a.width, a.height,
        dl.reason AS dead_letter
@@ -122,7 +123,9 @@ SELECT pc.*, coalesce(pc.accepted_by,
 FROM provider_calls pc WHERE pc.task_id = %(task_id)s ORDER BY pc.id;
 
 -- tasks_get_for_view: one task with its version's title and its content's current and approved versions
-SELECT t.*, v.title, v.locale, c.current_version, c.approved_version FROM tasks t
+SELECT t.*, v.title, v.locale, c.current_version, c.approved_version,
+       (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches
+FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 JOIN contents c ON c.id = t.content_id
 WHERE t.id = %(task_id)s;

@@ -140,6 +140,8 @@ def test_fingerprints_ignore_key_order_and_whitespace():
     ({"title": "t", "locale": "zh", "blocks": [{"key": "a/../b", "text": "x"}]}, "blocks[0].key"),
     ({"title": "t", "locale": "zh", "blocks": [{"key": "a", "text": "x" * 2001}]}, "blocks[0].text"),
     ([1, 2], "body"),
+    ({"title": "t\x00", "locale": "zh", "blocks": [{"key": "a", "text": "x"}]}, "title"),
+    ({"title": "t", "locale": "zh", "blocks": [{"key": "a", "text": "x\ud800"}]}, "blocks[0].text"),
 ])
 def test_bad_content_is_refused_naming_the_field(body, field):
     with pytest.raises(InvalidInput) as refused:

@@ -10,7 +10,7 @@ from pipeline.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson, wait_until
 from tests.system import drain
-from tests.recovery.test_worker_crashes import key_of
+from tests.faults.test_worker_crashes import key_of
 
 
 def start_all(system, image_workers=1):

@@ -21,7 +21,7 @@ def test_migrating_an_empty_database_reproduces_the_recorded_schema(empty_databa
     if actual != SNAPSHOT.read_text():
         (tmp_path / "snapshot.actual.txt").write_text(actual)
         pytest.fail(f"schema differs from {SNAPSHOT}; if the change is intended, regenerate it with "
-                    f"`python -m tests.schemadump URL > schema/snapshot.txt` (actual: {tmp_path}/snapshot.actual.txt)")
+                    f"`.venv/bin/python -m tests.schemadump --fresh > schema/snapshot.txt` (actual: {tmp_path}/snapshot.actual.txt)")
 
 
 def test_a_second_concurrent_migrate_is_a_no_op(empty_database_url):
