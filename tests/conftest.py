@@ -22,6 +22,11 @@ from bin.embedded import Postgres, Valkey, free_port
 from pipeline import migrations, settings
 
 TEMPLATE = "mediapipe_template"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--screenshots", metavar="DIR", default=None,
+                     help="write the browser test's screenshots to DIR (docs/screenshots refreshes the docs)")
 _counter = itertools.count()
 
 

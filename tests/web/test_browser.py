@@ -3,7 +3,8 @@ hear that the narration has a duration, approve, download the delivery.
 
 Real pieces throughout: the app served over HTTP, one RQ worker process per queue with
 the local image and speech providers, PostgreSQL and Redis. Skips where Chromium or its
-driver is missing. Screenshots of the board and the delivery page go to docs/screenshots/.
+driver is missing. Screenshots of the board and the delivery page go to the test's temporary folder, or to
+`bin/test --screenshots docs/screenshots` to refresh the ones in the docs.
 """
 
 from __future__ import annotations
@@ -26,8 +27,16 @@ from tests.web.conftest import TEST_ENV
 from tests.web.webdriver import Chromium, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def shots(request, tmp_path) -> Path:
+    """Where screenshots go: `--screenshots DIR` (e.g. docs/screenshots), else this test's temp folder."""
+    chosen = request.config.getoption("screenshots")
+    folder = Path(chosen).resolve() if chosen else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture
@@ -72,7 +81,7 @@ def workers(database_url, redis_url, media_dir, tmp_path):
 
 
 def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_downloads(
-        chromium, server, workers, tokens):
+        chromium, server, workers, tokens, shots):
     browser = chromium
     # sign in with a key
     browser.open(f"{server}/signin")
@@ -100,7 +109,7 @@ def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_do
         message="the narration has a duration")
     assert duration > 0.5
     assert browser.script("return document.querySelector('.thumb img').naturalWidth") > 0
-    browser.screenshot(SHOTS / "board.png")
+    browser.screenshot(shots / "board.png")
 
     # approve, then the delivery page offers the bundle
     browser.click("section.approval button.primary")
@@ -108,7 +117,7 @@ def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_do
     browser.click('a[href$="/delivery"]')
     browser.wait_for("return document.querySelector('[data-bundle]') !== null", timeout=10,
                      message="the delivery page offers the bundle")
-    browser.screenshot(SHOTS / "delivery.png")
+    browser.screenshot(shots / "delivery.png")
     bundle = requests.get(browser.script("return document.querySelector('[data-bundle]').href"), timeout=10)
     assert bundle.status_code == 200 and bundle.headers["Content-Type"] == "application/zip"
     names = zipfile.ZipFile(io.BytesIO(bundle.content)).namelist()
