@@ -10,6 +10,7 @@ carries the session's CSRF token; a POST without the right one is refused with 4
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
 from functools import wraps
 from typing import Callable
@@ -18,7 +19,7 @@ from flask import abort, g, request, session
 
 from pipeline import keys
 from pipeline.keys import Principal
-from web.db import get_conn
+from web.db import get_conn, settings
 from web.errors import Problem
 
 HEADER = "X-API-Key"
@@ -30,8 +31,19 @@ def _forbidden(principal: Principal, permission: str) -> Problem:
                                      f"has the {principal.role} role")
 
 
-def api_principal(permission: str) -> Principal:
+# Demo mode only: the seed call of the README works from the machine itself without a key.
+DEMO_PRINCIPAL = Principal(key_id=0, owner="demo (no key, loopback)", role="editor", key_prefix="-")
+
+
+def _loopback_demo() -> bool:
+    address = ipaddress.ip_address(request.remote_addr or "0.0.0.0")
+    return settings().demo_mode and address.is_loopback and not request.headers.get("X-Forwarded-For")
+
+
+def api_principal(permission: str, *, demo_without_key: bool = False) -> Principal:
     token = request.headers.get(HEADER)
+    if not token and demo_without_key and _loopback_demo():
+        return DEMO_PRINCIPAL
     if not token:
         raise Problem(401, "unauthorized", f"send your API key in the {HEADER} header; `bin/keys create` makes one")
     principal = keys.authenticate(get_conn(), token)
@@ -42,12 +54,16 @@ def api_principal(permission: str) -> Principal:
     return principal
 
 
-def require(permission: str) -> Callable:
-    """Decorate an API view: the caller's key must grant `permission`; the view finds it in g.principal."""
+def require(permission: str, *, demo_without_key: bool = False) -> Callable:
+    """Decorate an API view: the caller's key must grant `permission`; the view finds it in g.principal.
+
+    `demo_without_key`: in demo mode, a keyless call from the loopback address acts as an editor
+    named "demo (no key, loopback)" (demo jobs only; DEMO_MODE is off unless set).
+    """
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def wrapped(*args, **kwargs):
-            g.principal = api_principal(permission)
+            g.principal = api_principal(permission, demo_without_key=demo_without_key)
             return view(*args, **kwargs)
         wrapped.permission = permission
         return wrapped

@@ -116,3 +116,20 @@ def test_the_seed_job_then_an_edit_shows_the_retry_the_reuse_and_the_new_deliver
     assert api.get(f"/api/contents/{created['content_id']}/delivery").json["version"] == 1
     assert api.post(second["status_url"] + "/approve", role="reviewer").status_code == 200
     assert api.get(f"/api/contents/{created['content_id']}/delivery").json["version"] == 2
+
+
+def test_the_readme_seed_call_without_a_key_works_only_in_demo_mode_from_loopback(app, database_url, redis_url,
+                                                                                  media_dir, tokens):
+    client = app.test_client()
+    body = {"theme": "校园生活", "scenario": "media_timeout"}
+    # the README's call with LAB_API_KEY unset sends an empty key
+    response = client.post("/api/jobs", json=body, headers={"X-API-Key": ""})
+    assert response.status_code == 202
+    forwarded = client.post("/api/jobs", json=body, headers={"X-API-Key": "", "X-Forwarded-For": "203.0.113.9"})
+    assert forwarded.status_code == 401
+    remote = client.post("/api/jobs", json=body, headers={"X-API-Key": ""},
+                         environ_base={"REMOTE_ADDR": "203.0.113.9"})
+    assert remote.status_code == 401
+    assert client.post("/api/contents", json={"title": "t"}, headers={"X-API-Key": ""}).status_code == 401
+    off = make_app(database_url, redis_url, media_dir, DEMO_MODE="false").test_client()
+    assert off.post("/api/jobs", json=body, headers={"X-API-Key": ""}).status_code == 401
