@@ -35,6 +35,7 @@ from pipeline.content import parse_draft
 from pipeline.db import connect
 from pipeline.fingerprint import idempotency_key
 from tests.fakeprovider import Behaviour, FakeProviderServer
+from tests.system import _die_with_pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = ("succeeded", "failed", "unknown", "superseded", "cancelled")
@@ -55,7 +56,7 @@ class Soak:
     def spawn(self, argv: list[str], name: str) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
         return subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)}, preexec_fn=_die_with_pytest)
 
     def start_worker(self, name: str) -> None:
         self.workers[name] = self.spawn(["-m", "pipeline.worker", name.split("-")[0]], name)

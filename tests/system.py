@@ -3,6 +3,7 @@ reconciler as the bin/ commands, the fake provider server, the test's PostgreSQL
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -19,6 +20,11 @@ from pipeline.db import connect
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _die_with_pytest() -> None:
+    # whatever happens to the test run, its worker processes do not outlive it
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -41,7 +47,8 @@ class System:
     def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
         log = open(self.logs / f"{name}-{len(self.workers)}.log", "ab")
         env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
-        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_pytest)
 
     def start_worker(self, queue: str) -> subprocess.Popen:
         proc = self._spawn(["-m", "pipeline.worker", queue], f"worker-{queue}")
