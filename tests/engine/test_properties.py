@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from pipeline import engine, versions
 from pipeline.errors import Ambiguous, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
-from tests.helpers import draft
+from tests.helpers import draft, make_settings
 
 ERRORS = {"transient": Transient("t"), "permanent": Permanent("p"), "ambiguous": Ambiguous("a")}
 
@@ -66,14 +66,28 @@ def machine_for(conn, cfg):
             conn.execute("UPDATE tasks SET lease_until = now() - interval '1 second' WHERE status = 'running'")
             Reconciler(cfg, conn, {}).run()
 
-        @rule()
-        def new_version(self):
+        @rule(pick=st.integers(0, 100))
+        def a_lease_expires_and_another_worker_takes_over(self, pick):
+            if not self.holders:
+                return
+            holder = self.holders[pick % len(self.holders)]
+            self.leases_expire_and_the_reconciler_runs()
+            task = engine.claim(conn, holder.id, worker="w2", lease_seconds=60)
+            if task:
+                self.holders.append(task)
+
+        @rule(roll=st.integers(0, 3))
+        def new_version(self, roll):
+            if roll:  # rarer than the rules that act inside a version
+                return
             versions.save(conn, draft(2, prefix=f"v{self.version + 1}"), cfg, actor="e", content_id=self.content,
                           base_version=self.version)
             self.version += 1
 
-        @rule()
-        def cancel_current(self):
+        @rule(roll=st.integers(0, 7))
+        def cancel_current(self, roll):
+            if roll:  # a cancel ends a version's story: keep it rare so histories stay long
+                return
             versions.cancel(conn, self.content, self.version, actor="e")
 
         @invariant()
@@ -111,6 +125,9 @@ def machine_for(conn, cfg):
 
 
 @pytest.mark.slow
-def test_random_histories_keep_the_engine_invariants(conn, cfg):
+def test_random_histories_keep_the_engine_invariants(conn, database_url, redis_url, tmp_path):
+    # no backoff, so a task recovered from an expired lease can be claimed again at once:
+    # that is what puts a stale and a current holder side by side
+    cfg = make_settings(database_url, redis_url, tmp_path, BACKOFF_BASE_SECONDS="0", BACKOFF_CAP_SECONDS="0")
     run_state_machine_as_test(machine_for(conn, cfg), settings=settings(
-        max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)))
+        max_examples=40, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)))
