@@ -1,0 +1,355 @@
+"""Shared tools of the benchmark scripts: throw-away servers, worker processes, content, statistics, tables.
+
+Every benchmark starts its own PostgreSQL (fsync and synchronous_commit on) and Valkey on free ports
+in a fresh temporary directory, and stops them at the end, also on Ctrl-C. This module never
+touches the development data in `.data/`, and the pipeline never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+import redis  # noqa: E402
+
+from bin.embedded import Postgres, Valkey, free_port  # noqa: E402
+from pipeline import migrations, settings as settings_mod  # noqa: E402
+from pipeline.content import Draft, parse_draft  # noqa: E402
+from pipeline.db import connect  # noqa: E402
+
+PYTHON = sys.executable
+QUEUES = ("image", "tts", "bundle")
+
+
+# -- statistics and tables ------------------------------------------------------------------------
+
+def median(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """Linear interpolation between closest ranks (q in 0..100)."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    pos = (len(data) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (pos - low)
+
+
+def fmt(value: object, digits: int = 1) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "n/a"
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], digits: int = 1) -> str:
+    """A Markdown table (pasted as is into docs/performance.md)."""
+    body = [[fmt(cell, digits) for cell in row] for row in rows]
+    widths = [max(len(str(h)), *(len(r[i]) for r in body)) if body else len(str(h)) for i, h in enumerate(headers)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line(r) for r in body]
+    return "\n".join(out)
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+# -- the machine ----------------------------------------------------------------------------------
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return {"cpus (nproc)": str(len(os.sched_getaffinity(0))), "cpu model": cpu,
+            "memory": f"{mem_kb / 1024 / 1024:.1f} GiB", "kernel": platform.release(),
+            "python": platform.python_version(), "load average at start": load}
+
+
+def print_machine(stack: "Stack | None" = None) -> None:
+    info = machine()
+    if stack is not None:
+        with stack.db() as conn:
+            info["postgresql"] = conn.execute("SHOW server_version").fetchone()["server_version"]
+            info["fsync / synchronous_commit"] = " / ".join(
+                conn.execute(f"SHOW {name}").fetchone()[name] for name in ("fsync", "synchronous_commit"))
+        info["valkey"] = stack.redis().info("server")["redis_version"] + " (redis_version)"
+    import rq
+    info["rq"] = rq.__version__
+    info["code"] = code_version()
+    say(table(["machine", "value"], info.items()))
+
+
+ENGINE_DIRS = ("pipeline", "receipts", "providers", "schema", "web")
+
+
+def engine_digest() -> str:
+    """A digest of the engine's files as they are on disk now (they may differ from any commit)."""
+    import hashlib
+    h = hashlib.sha256()
+    for folder in ENGINE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".sql"):
+                h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def code_version() -> str:
+    """The commit the figures belong to, and whether the engine's files differ from it."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *ENGINE_DIRS], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = "", ""
+    changed = f" + uncommitted changes in {len(dirty.splitlines())} files" if dirty else ""
+    return f"{sha or 'unknown'}{changed} (engine files {engine_digest()})"
+
+
+@dataclass
+class Stack:
+    """One benchmark's PostgreSQL and Valkey, its media directory and the processes it started."""
+
+    base: Path
+    pg: Postgres
+    valkey: Valkey
+    dbname: str = "bench"
+    statements: bool = False           # pg_stat_statements is loaded (and created in every new database)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def database_url(self) -> str:
+        return self.pg.url(self.dbname)
+
+    @property
+    def redis_url(self) -> str:
+        return self.valkey.url(0)
+
+    @property
+    def media_dir(self) -> Path:
+        return self.base / "media"
+
+    @property
+    def logs(self) -> Path:
+        path = self.base / "logs"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """Environment-style settings of the pipeline on these servers (production defaults otherwise).
+
+        The per-minute provider rate limit is lifted: benchmarks make thousands of calls a minute to
+        providers that have no limit, and a limit reached would only measure a wait of up to a minute.
+        """
+        return {"DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url, "MEDIA_DIR": str(self.media_dir),
+                "SECRET_KEY": "bench-only-secret-0123456789", "IMAGE_RATE_PER_MINUTE": "1000000",
+                "TTS_RATE_PER_MINUTE": "1000000", **extra}
+
+    def settings(self, **extra: str) -> settings_mod.Settings:
+        return settings_mod.load(self.env(**extra))
+
+    def db(self, dbname: str | None = None) -> psycopg.Connection:
+        return connect(self.pg.url(dbname or self.dbname), autocommit=True)
+
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.redis_url)
+
+    def create_database(self, name: str, migrate: bool = True) -> str:
+        with connect(self.pg.url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = self.pg.url(name)
+        if self.statements:
+            with connect(url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        if migrate:
+            migrations.migrate(url)
+        return url
+
+    def use_database(self, name: str) -> None:
+        """Point the stack (and the env of processes spawned later) at a fresh, migrated database."""
+        self.create_database(name)
+        self.dbname = name
+
+    @property
+    def postmaster_pid(self) -> int:
+        return int((self.pg.data / "postmaster.pid").read_text().split()[0])
+
+    # processes ----------------------------------------------------------------------------------
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A Python process of ours in its own session (so a SIGKILL of its group takes its children)."""
+        log = open(self.logs / f"{name}.log", "ab")
+        full_env = {**os.environ, **(env if env is not None else self.env()), "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([PYTHON, *argv], cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen, timeout: float = 30) -> int:
+        """SIGTERM (RQ's warm shutdown: the current job finishes), then SIGKILL after `timeout`."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+        return proc.returncode
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+        self.procs.clear()
+
+
+def _terminate_on_sigterm() -> None:
+    def handler(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
+
+
+@contextmanager
+def servers(*, statements: bool = False, keep: bool = False) -> Iterator[Stack]:
+    """Fresh PostgreSQL (durable) and Valkey in a temporary directory; everything is stopped and removed after.
+
+    `statements` loads pg_stat_statements (one restart). `keep` leaves the directory (logs) in place.
+    """
+    _terminate_on_sigterm()
+    base = Path(tempfile.mkdtemp(prefix="mediapipe-bench-"))
+    base.chmod(0o755)  # PostgreSQL runs as another user when we are root
+    pg = Postgres(base / "pg", free_port(), durable=True)
+    vk = Valkey(base / "redis", free_port())
+    stack = Stack(base, pg, vk, statements=statements)
+    code = engine_digest()
+    try:
+        pg.start()
+        if statements:
+            with connect(pg.url(), autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+            pg.restart()
+        vk.start()
+        stack.create_database(stack.dbname)
+        yield stack
+    finally:
+        if engine_digest() != code:
+            say(f"WARNING: the engine's files changed during this run ({code} -> {engine_digest()}); "
+                "its figures mix two versions: run it again")
+        stack.stop_all()
+        vk.stop()
+        try:
+            pg.stop()
+        finally:
+            if keep:
+                say(f"(kept {base})")
+            else:
+                shutil.rmtree(base, ignore_errors=True)
+
+
+# -- content ---------------------------------------------------------------------------------------
+
+def lesson(blocks: int, tag: str) -> dict:
+    """A lesson whose every block text is unique to `tag` (so no asset is reused from an earlier lesson)."""
+    return {"title": f"基准 {tag}", "locale": "zh-CN",
+            "blocks": [{"key": f"b{i}", "text": f"{tag}：第{i}段，我们在学校学习中文。"} for i in range(1, blocks + 1)]}
+
+
+def draft(blocks: int, tag: str) -> Draft:
+    return parse_draft(lesson(blocks, tag))
+
+
+def tasks_per_lesson(blocks: int) -> int:
+    return 2 * blocks + 1  # image + speech per block, one bundle
+
+
+# -- workers ---------------------------------------------------------------------------------------
+
+WORKER_SCRIPT = str(ROOT / "bench" / "instant_worker.py")
+
+
+def worker_argv(kind: str, worker_class: str, name: str, *, queues: Sequence[str] = QUEUES, burst: bool = False,
+                extra: Sequence[str] = ()) -> list[str]:
+    """argv of a bench worker: kind "engine" runs pipeline.jobs.run_task with the instant provider,
+    kind "plain" is a plain RQ worker (for bench.jobs functions)."""
+    argv = [WORKER_SCRIPT, "--kind", kind, "--class", worker_class, "--name", name, "--queues", ",".join(queues)]
+    return argv + (["--burst"] if burst else []) + list(extra)
+
+
+def wait_workers_idle(conn_redis: redis.Redis, names: Iterable[str], timeout: float = 60) -> None:
+    from rq import Worker
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    while True:
+        idle = {w.name for w in Worker.all(connection=conn_redis) if w.name in wanted and w.state == "idle"}
+        if idle == wanted:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"workers not ready after {timeout} s: {sorted(wanted - idle)}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def quiet_logs(path: Path) -> Iterator[None]:
+    """Send the pipeline's JSON log lines written in this process (stderr) to `path` instead of the terminal."""
+    saved = sys.stderr
+    with open(path, "a") as sink:
+        sys.stderr = sink
+        try:
+            yield
+        finally:
+            sys.stderr = saved
+
+
+def run_main(main: Callable[[list[str]], int]) -> None:
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        say("interrupted; servers stopped")
+        sys.exit(130)
