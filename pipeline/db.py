@@ -72,5 +72,18 @@ def scalar(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None
     return None if row is None else next(iter(row.values()))
 
 
+def many(conn: psycopg.Connection, name: str, params: list[Mapping[str, Any]]) -> list[dict]:
+    """Run one query for every parameter set in a single batch; the rows each returned, in order."""
+    if not params:
+        return []
+    with conn.cursor() as cur:
+        cur.executemany(queries()[name], params, returning=True)
+        rows = []
+        while True:
+            rows.extend(cur.fetchall() if cur.description else [])
+            if not cur.nextset():
+                return rows
+
+
 def iter_rows(conn: psycopg.Connection, name: str, params: Mapping[str, Any] | None = None) -> Iterator[dict]:
     yield from execute(conn, name, params)

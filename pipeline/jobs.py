@@ -110,8 +110,7 @@ def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[i
     if reused:
         return reused
     try:
-        lease.check()
-        asset = rt.executor.execute(task, lease)
+        asset = rt.executor.execute(task, lease)   # it checks the lease right before any paid call
     except Cancelled:
         engine.cancel_running(rt.conn(), task, actor=rt.worker_id)
         return "cancelled", []

@@ -25,6 +25,9 @@ from receipts.calls import Outcome, ReceiptBook, now as receipt_now
 from receipts.media import MediaStore
 
 
+RETENTION_INTERVAL_SECONDS = 3600  # retention reads old history; once an hour is plenty for day-long periods
+
+
 @dataclass
 class Report:
     locked: bool = True
@@ -156,6 +159,13 @@ class Reconciler:
                 return
 
     def retention(self, report: Report) -> None:
+        """Unused old assets and old receipts; at most once per RETENTION_INTERVAL, since it reads history."""
+        with self.conn.transaction():
+            due = db.one(self.conn, "reconcile_mark_if_due", {"name": "retention",
+                                                              "interval": RETENTION_INTERVAL_SECONDS})
+        if due is None:
+            return
+        report.add("retention_runs")
         days = self.cfg.media_retention_days
         for row in db.all(self.conn, "reconcile_stale_assets", {"days": days, "limit": self.batch}):
             with self.conn.transaction():

@@ -73,7 +73,6 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest) -> Saved:
-    db.execute(conn, "admission_lock")
     fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
     if content_id is None:
         row = db.one(conn, "contents_insert", fields)
@@ -94,25 +93,38 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "save_key": save_key, "save_digest": request_digest if save_key else None})
     superseded = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": number, "actor": actor,
                                                         "reason": f"superseded by version {number}"})
-    pending = db.scalar(conn, "admission_pending")
-    if pending + len(plan) > cfg.max_pending_tasks:
-        excess = pending + len(plan) - cfg.max_pending_tasks
-        raise CapacityExceeded(f"{pending} tasks are pending and this save adds {len(plan)}; the limit is "
-                               f"{cfg.max_pending_tasks}", retry_after=_retry_after(conn, excess))
-    ids: dict[str, int] = {}
-    outbox: list[int] = []
-    for task in plan:
-        ids[task.ref] = db.scalar(conn, "tasks_insert", {
-            "content_id": content_id, "version": number, "kind": task.kind.value, "block_key": task.block_key,
-            "input": Jsonb(task.input), "fingerprint": task.fingerprint, "max_attempts": cfg.max_attempts,
-            "deadline_at": version["deadline_at"]})
-        for dep in task.depends_on:
-            db.execute(conn, "task_deps_insert", {"task_id": ids[task.ref], "depends_on": ids[dep]})
-        if not task.depends_on:
-            row = db.one(conn, "outbox_add", {"task_id": ids[task.ref], "queue": task.kind.value,
-                                              "available_at": version["saved_at"]})
-            outbox.append(row["id"])
+    outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
+    _admit(conn, cfg, len(plan))
     return Saved(content_id, number, created=True, outbox_ids=tuple(outbox), superseded=len(superseded))
+
+
+def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: Settings) -> list[int]:
+    """The version's tasks, their dependencies and the outbox rows of the runnable ones, in three batches."""
+    rows = db.many(conn, "tasks_insert", [{
+        "content_id": content_id, "version": number, "kind": task.kind.value, "block_key": task.block_key,
+        "input": Jsonb(task.input), "fingerprint": task.fingerprint, "max_attempts": cfg.max_attempts,
+        "deadline_at": version["deadline_at"]} for task in plan])
+    ids = {task.ref: row["id"] for task, row in zip(plan, rows)}
+    db.many(conn, "task_deps_insert", [{"task_id": ids[task.ref], "depends_on": ids[dep]}
+                                       for task in plan for dep in task.depends_on])
+    queued = db.many(conn, "outbox_add", [{"task_id": ids[task.ref], "queue": task.kind.value,
+                                           "available_at": version["saved_at"]}
+                                          for task in plan if not task.depends_on])
+    return [row["id"] for row in queued]
+
+
+def _admit(conn: psycopg.Connection, cfg: Settings, adding: int) -> None:
+    """Admission, last in the save: the lock is held only for the count and the commit.
+
+    Saves serialise on the lock, and the count runs after it is granted, so it sees every
+    save committed before and this save's own tasks: the limit cannot be raced past.
+    """
+    db.execute(conn, "admission_lock")
+    pending = db.scalar(conn, "admission_pending")
+    if pending > cfg.max_pending_tasks:
+        excess = pending - cfg.max_pending_tasks
+        raise CapacityExceeded(f"{pending - adding} tasks are pending and this save adds {adding}; the limit is "
+                               f"{cfg.max_pending_tasks}", retry_after=_retry_after(conn, excess))
 
 
 def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> int:

@@ -15,9 +15,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(folder: Path) -> None:
+    """Create `folder` and its missing parents durably: each new entry is fsynced into its parent."""
+    missing = [d for d in [folder, *folder.parents] if not d.exists()]
+    if not missing:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for created in reversed(missing):
+        fsync_dir(created.parent)
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """After this returns, `path` holds `data` whole, even across a crash or power loss."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -141,6 +141,7 @@ CREATE TABLE asset_inputs (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX asset_inputs_by_sha ON asset_inputs (sha256);
+CREATE INDEX assets_by_age ON assets (created_at);
 
 CREATE TABLE provider_calls (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -166,6 +167,12 @@ CREATE TABLE reconcile_runs (
     finished_at timestamptz,
     counts      jsonb NOT NULL DEFAULT '{}',
     errors      integer NOT NULL DEFAULT 0
+);
+
+-- When slow, periodic reconciler steps (retention) last ran, so each run need not repeat them.
+CREATE TABLE reconcile_marks (
+    name   text PRIMARY KEY,
+    ran_at timestamptz NOT NULL
 );
 
 CREATE TABLE api_keys (

@@ -59,7 +59,7 @@ RETURNING id, task_id;
 WITH moved AS (
     UPDATE tasks t SET status = 'failed', last_error = 'deadline passed', updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE status IN ('ready', 'retry') AND deadline_at <= now()
-          ORDER BY deadline_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) old
+          ORDER BY deadline_at LIMIT %(limit)s FOR NO KEY UPDATE SKIP LOCKED) old
     WHERE t.id = old.id
     RETURNING t.*, old.status AS from_status
 ), dead AS (
@@ -77,7 +77,7 @@ WITH moved AS (
     UPDATE tasks t SET status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
     FROM (SELECT t.id, t.status FROM tasks t JOIN contents c ON c.id = t.content_id
           WHERE t.status IN ('ready', 'running', 'retry', 'unknown') AND t.version < c.current_version
-          LIMIT %(limit)s FOR UPDATE OF t SKIP LOCKED) old
+          LIMIT %(limit)s FOR NO KEY UPDATE OF t SKIP LOCKED) old
     WHERE t.id = old.id
     RETURNING t.*, old.status AS from_status
 ), dropped AS (
@@ -98,6 +98,12 @@ WHERE t.status = 'ready' AND EXISTS (SELECT 1 FROM task_deps d WHERE d.task_id =
 LIMIT %(limit)s
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id;
+
+-- reconcile_mark_if_due: claim a periodic step if it last ran longer ago than the interval (or never)
+INSERT INTO reconcile_marks (name, ran_at) VALUES (%(name)s, now())
+ON CONFLICT (name) DO UPDATE SET ran_at = now()
+WHERE reconcile_marks.ran_at < now() - make_interval(secs => %(interval)s)
+RETURNING ran_at;
 
 -- reconcile_stale_assets: assets past retention that no current or approved version uses
 SELECT a.sha256 FROM assets a

@@ -19,7 +19,7 @@ WITH old AS (
     SELECT id, status FROM tasks
     WHERE content_id = %(content_id)s AND version < %(version)s
       AND status IN ('ready', 'running', 'retry', 'unknown')
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ), moved AS (
     UPDATE tasks t SET status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
     FROM old WHERE t.id = old.id
@@ -46,7 +46,8 @@ WITH candidate AS (
       AND v.cancel_requested_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.depends_on
                       WHERE d.task_id = t.id AND dep.status <> 'succeeded')
-    FOR UPDATE OF t SKIP LOCKED
+    FOR NO KEY UPDATE OF t SKIP LOCKED   -- not FOR UPDATE: an event row being written for this task holds
+                                         -- KEY SHARE on it, which must not make the claim skip the task
 ), claimed AS (
     UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
            lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
@@ -68,7 +69,7 @@ WITH moved AS (
     UPDATE tasks t SET status = 'failed', last_error = 'deadline passed before the task could run',
            updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE id = %(task_id)s AND status IN ('ready', 'retry')
-          AND deadline_at <= now() FOR UPDATE) old
+          AND deadline_at <= now() FOR NO KEY UPDATE) old
     WHERE t.id = old.id
     RETURNING t.*, old.status AS from_status
 ), dead AS (
@@ -90,7 +91,7 @@ RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
 SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
-WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR UPDATE OF t;
+WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR NO KEY UPDATE OF t;
 
 -- tasks_finish: fenced exit from running: only the holder of the current lease can move the task
 WITH moved AS (
@@ -116,7 +117,7 @@ SELECT * FROM moved;
 WITH moved AS (
     UPDATE tasks t SET status = 'cancelled', updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s
-          AND status IN ('ready', 'retry', 'unknown') FOR UPDATE) old
+          AND status IN ('ready', 'retry', 'unknown') FOR NO KEY UPDATE) old
     WHERE t.id = old.id
     RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
 ), dropped AS (
