@@ -23,7 +23,6 @@ from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".data"
-PG_PORT, REDIS_PORT = 55432, 56379
 _print_lock = threading.Lock()
 
 
@@ -110,15 +109,15 @@ def main(argv: list[str]) -> int:
     try:
         require_free_port(cfg.port, "the web app", "PORT")
         if not cfg.database_url:
-            pg = Postgres(DATA / "postgres", PG_PORT)
+            pg = Postgres(DATA / "postgres", cfg.dev_pg_port)
             pg.start()
             env["DATABASE_URL"] = pg.url()
-            say("dev", f"PostgreSQL 18 on 127.0.0.1:{PG_PORT}, data in {pg.data}")
+            say("dev", f"PostgreSQL 18 on 127.0.0.1:{cfg.dev_pg_port}, data in {pg.data}")
         if not cfg.redis_url:
-            valkey = Valkey(DATA / "redis", REDIS_PORT)
+            valkey = Valkey(DATA / "redis", cfg.dev_redis_port)
             valkey.start()
             env["REDIS_URL"] = valkey.url()
-            say("dev", f"Valkey on 127.0.0.1:{REDIS_PORT}")
+            say("dev", f"Valkey on 127.0.0.1:{cfg.dev_redis_port}")
         env.setdefault("MEDIA_DIR", str(DATA / "media"))
         env.setdefault("DEMO_MODE", "true")
         for m in migrations.migrate(env["DATABASE_URL"]):

@@ -44,6 +44,8 @@ class Settings:
     media_dir: Path = ROOT / ".data" / "media"
     secret_key: str = field(default="dev-only-secret-change-me", repr=False)
     port: int = 8000
+    dev_pg_port: int = 55432       # bin/dev's embedded PostgreSQL
+    dev_redis_port: int = 56379    # bin/dev's embedded Valkey
     max_pending_tasks: int = 10_000
     lease_seconds: float = 60.0
     heartbeat_seconds: float = 15.0
@@ -164,6 +166,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "media_dir": ("MEDIA_DIR", lambda raw: Path(raw).expanduser().resolve()),
         "secret_key": ("SECRET_KEY", _secret("SECRET_KEY")),
         "port": ("PORT", _int("PORT", 1, 65535)),
+        "dev_pg_port": ("DEV_PG_PORT", _int("DEV_PG_PORT", 1, 65535)),
+        "dev_redis_port": ("DEV_REDIS_PORT", _int("DEV_REDIS_PORT", 1, 65535)),
         "max_pending_tasks": ("MAX_PENDING_TASKS", _int("MAX_PENDING_TASKS", 1, 100_000_000)),
         "lease_seconds": ("LEASE_SECONDS", _float("LEASE_SECONDS", 0.5, 86_400)),
         "heartbeat_seconds": ("HEARTBEAT_SECONDS", _float("HEARTBEAT_SECONDS", 0.1, 3600)),
