@@ -17,6 +17,15 @@ def save_one_block(system):
     return saved, rows  # image, tts, bundle
 
 
+def worker_in_the_middle_of_an_image_call(system, fake):
+    """A real image worker whose provider call the fake holds open until `fake.release()`."""
+    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
+    worker = system.start_worker("image")
+    system.dispatch()
+    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    return worker
+
+
 def key_of(row):
     return idempotency_key(row["fingerprint"], row["id"])
 
@@ -69,10 +78,7 @@ def test_killed_after_its_claim_before_the_intent_the_task_is_retried_and_called
 
 def test_killed_after_the_intent_without_a_lookup_the_task_becomes_unknown_and_is_not_called_again(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
-    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
-    worker = system.start_worker("image")
-    system.dispatch()
-    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    worker = worker_in_the_middle_of_an_image_call(system, fake)
     kill(worker)
     fake.release()
     assert ReceiptBook(system.cfg.media_dir).intent(image["id"], 1) is not None
@@ -87,10 +93,7 @@ def test_killed_after_the_intent_without_a_lookup_the_task_becomes_unknown_and_i
 
 def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
-    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
-    worker = system.start_worker("image")
-    system.dispatch()
-    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    worker = worker_in_the_middle_of_an_image_call(system, fake)
     book = ReceiptBook(system.cfg.media_dir)
     with system.holding("SELECT * FROM tasks WHERE id = %s FOR UPDATE", image["id"]):  # holds the commit
         fake.release()
