@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from typing import Callable
 
 import psycopg
@@ -70,20 +69,23 @@ class Limits:
     """Provider slots and per-minute rate, shared through PostgreSQL by every worker."""
 
     conn: Callable[[], psycopg.Connection]
+    _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
 
     def take(self, provider: str, p: ProviderSettings) -> tuple[int, uuid.UUID]:
-        """Hold one call slot and count one call in this minute's window, or raise Busy."""
+        """Hold one call slot and count one call in this minute's window (one statement), or raise Busy."""
         conn, holder = self.conn(), uuid.uuid4()
-        db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
-        row = db.one(conn, "provider_slots_take", {"provider": provider, "max": p.max_concurrency, "holder": holder,
-                                                   "hold_seconds": p.connect_timeout + p.read_timeout + 30})
-        if row is None:
+        if (provider, p.max_concurrency) not in self._ensured:
+            db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
+            self._ensured.add((provider, p.max_concurrency))
+        row = db.one(conn, "provider_slot_and_rate_take", {
+            "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
+            "hold_seconds": p.connect_timeout + p.read_timeout + 30})
+        if row["slot"] is not None:
+            return row["slot"], holder
+        if not row["slot_free"]:
             raise Busy(f"{provider}: all {p.max_concurrency} call slots are in use", retry_after=1.0)
-        if db.one(conn, "provider_rate_take", {"provider": provider, "limit": p.rate_per_minute}) is None:
-            self.give_back(provider, row["slot"], holder)
-            raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
-                       retry_after=60 - datetime.now(timezone.utc).second)
-        return row["slot"], holder
+        raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
+                   retry_after=float(row["seconds_left"]))
 
     def give_back(self, provider: str, slot: int, holder: uuid.UUID) -> None:
         try:
