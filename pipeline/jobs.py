@@ -11,7 +11,6 @@ import threading
 from datetime import datetime, timezone
 
 import psycopg
-from psycopg.types.json import Jsonb
 from rq import get_current_job
 
 from pipeline import db, dispatch, engine, runtime

@@ -1,6 +1,5 @@
 import threading
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 import redis

@@ -9,7 +9,7 @@ from pipeline.db import connect
 from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
 from pipeline.content import parse_draft
 from pipeline.fingerprint import digest
-from tests.helpers import draft, lesson, make_settings
+from tests.helpers import draft, make_settings
 
 
 def counts(conn):

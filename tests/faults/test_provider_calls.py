@@ -153,7 +153,7 @@ def test_secrets_never_reach_logs_or_receipts(system, fake):
     fake.script(Behaviour.fail(401, message="bad key", endpoint="image"))
     start_all(system)
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
     system.dispatch()
     image = system.wait_status(1, "failed")
     assert "bad key" in image["last_error"] and "sk-test" not in image["last_error"]

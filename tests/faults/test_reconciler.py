@@ -1,17 +1,15 @@
 """The reconciler against lost messages, dead dispatchers, concurrent runs and a large history."""
 
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from pipeline import dispatch, versions
+from pipeline import versions
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from tests.helpers import draft, wait_until
-from tests.system import ROOT, drain
+from tests.system import drain
 
 
 def test_flushall_with_fifty_tasks_queued_loses_nothing_and_runs_nothing_twice(system, fake):
