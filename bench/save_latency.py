@@ -50,6 +50,18 @@ def start_gunicorn(stack: Stack, app: str, name: str, env: dict[str, str]) -> in
     raise RuntimeError(f"gunicorn {name} did not answer on port {port}; see {stack.logs / (name + '.log')}")
 
 
+def run_together(client, work: list[list], start: threading.Barrier) -> float:
+    """One thread per client's list of work, released together by `start`; the wall time until all finish."""
+    threads = [threading.Thread(target=client, args=(mine,)) for mine in work]
+    for t in threads:
+        t.start()
+    start.wait()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - began
+
+
 def http_round(port: int, method: str, path: str, bodies: list[list[bytes | None]], headers: dict,
                expect: int) -> tuple[list[float], float]:
     """Each client sends its bodies one after another; all clients start together. Latencies and wall time."""
@@ -76,14 +88,7 @@ def http_round(port: int, method: str, path: str, bodies: list[list[bytes | None
             finally:
                 conn.close()
 
-    threads = [threading.Thread(target=client, args=(mine,)) for mine in bodies]
-    for t in threads:
-        t.start()
-    start.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - began
+    wall = run_together(client, bodies, start)
     if errors:
         raise RuntimeError(f"{len(errors)} requests to {path} answered {sorted(set(errors))}, not {expect}")
     return latencies, wall
@@ -107,15 +112,8 @@ def direct_round(stack: Stack, drafts: list[list]) -> tuple[list[float], float]:
                 with lock:
                     latencies.append(time.perf_counter() - began)
 
-    threads = [threading.Thread(target=client, args=(mine,)) for mine in drafts]
-    for t in threads:
-        t.start()
     sampler = LockSampler(stack) if len(drafts) > 1 else None
-    start.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - began
+    wall = run_together(client, drafts, start)
     if sampler:
         WAITING.append(sampler.stop())
     return latencies, wall

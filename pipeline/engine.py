@@ -102,8 +102,12 @@ def _lost(conn: psycopg.Connection, task: Task, actor: str, wanted: TaskStatus) 
 
 
 def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
-            details: dict | None = None) -> tuple[TaskStatus, list[int]]:
-    """Record the asset and complete the task; returns its status and the outbox rows it unblocked."""
+            details: dict | None = None, reused: bool = False) -> tuple[TaskStatus, list[int]]:
+    """Record the asset and complete the task; returns its status and the outbox rows it unblocked.
+
+    `reused`: the asset came from an identical earlier input; its `reused` event and ledger row
+    are written in the same transaction as the completion.
+    """
     with conn.transaction():
         db.all(conn, "tasks_lock_dependents", {"task_id": task.id})
         db.execute(conn, "assets_upsert", asset.__dict__)
@@ -111,8 +115,19 @@ def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, r
         if _finish(conn, task, TaskStatus.SUCCEEDED, actor=actor, reason=reason, asset=asset.sha256,
                    details=details) is None:
             return _lost(conn, task, actor, TaskStatus.SUCCEEDED), []
+        if reused:
+            _record_reuse(conn, task, asset, actor)
         unblocked = db.all(conn, "outbox_add_unblocked", {"task_id": task.id})
     return TaskStatus.SUCCEEDED, [row["id"] for row in unblocked]
+
+
+def _record_reuse(conn: psycopg.Connection, task: Task, asset: Asset, actor: str) -> None:
+    record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
+                 details={"sha256": asset.sha256})
+    db.execute(conn, "provider_calls_insert", {
+        "task_id": task.id, "attempt": task.attempts, "provider": task.input.get("provider", "internal"),
+        "model": task.input.get("model", task.kind), "idempotency_key": "-", "outcome": "reused",
+        "http_status": None, "latency_ms": 0, "cost": 0, "accepted_by": None})
 
 
 def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,

@@ -91,16 +91,7 @@ def _reuse(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
     if asset is None:
         return None
     status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id, reason="reused",
-                                       details={"reused_sha256": asset.sha256})
-    if status.value == "succeeded":
-        with rt.conn().transaction():
-            engine.record_event(rt.conn(), task, "reused", actor=rt.worker_id,
-                                reason="an identical input already produced this asset",
-                                details={"sha256": asset.sha256})
-            db.execute(rt.conn(), "provider_calls_insert", {
-                "task_id": task.id, "attempt": task.attempts, "provider": task.input.get("provider", "internal"),
-                "model": task.input.get("model", task.kind), "idempotency_key": "-", "outcome": "reused",
-                "http_status": None, "latency_ms": 0, "cost": 0, "accepted_by": None})
+                                       details={"reused_sha256": asset.sha256}, reused=True)
     return status.value, unblocked
 
 
