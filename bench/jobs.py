@@ -27,7 +27,7 @@ def _provider(kind: str):
         from providers.registry import ProviderConfig, build_provider
         timeout = float(os.environ["NAIVE_READ_TIMEOUT"])
         cfg = ProviderConfig(backend="openai", base_url=os.environ["NAIVE_BASE_URL"], api_key="sk-naive-bench",
-                             model=f"fake-{kind}", voice="alloy", connect_timeout=float(os.environ["NAIVE_CONNECT_TIMEOUT"]),
+                             voice="alloy", connect_timeout=float(os.environ["NAIVE_CONNECT_TIMEOUT"]),
                              read_timeout=timeout)
         _providers[kind] = build_provider(kind, cfg)
     return _providers[kind]

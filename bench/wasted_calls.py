@@ -167,8 +167,8 @@ def ours_env(stack: Stack, fake: FakeProviderServer) -> dict[str, str]:
     provider = {"PROVIDER": "openai", "BASE_URL": fake.base_url, "READ_TIMEOUT": str(READ_TIMEOUT),
                 "CONNECT_TIMEOUT": "1"}
     env = stack.env(LEASE_SECONDS="3", HEARTBEAT_SECONDS="0.5", DISPATCH_CLAIM_SECONDS="2", LOST_DISPATCH_SECONDS="3",
-                    IMAGE_API_KEY="sk-bench-image", IMAGE_MODEL="fake-image", TTS_API_KEY="sk-bench-tts",
-                    TTS_MODEL="fake-tts", TTS_VOICE="alloy")
+                    IMAGE_API_KEY="sk-bench-image", TTS_API_KEY="sk-bench-tts",
+                    TTS_VOICE="alloy")
     for prefix in ("IMAGE", "TTS"):
         env.update({f"{prefix}_{k}": v for k, v in provider.items()})
     return env

@@ -114,6 +114,8 @@ class ProviderInfo:
     tts_provider: str
     tts_model: str
     tts_voice: str
+    image_options: tuple[tuple[str, str], ...] = ()   # only options that are set, so
+    tts_options: tuple[tuple[str, str], ...] = ()     # fingerprints without them stay as they were
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
                  "size": providers.image_size, "prompt": block.image_prompt or block.text, "theme": draft.theme}
         speech = {"kind": "audio", "provider": providers.tts_provider, "model": providers.tts_model,
                   "voice": providers.tts_voice, "locale": draft.locale, "text": block.text}
+        if providers.image_options:
+            image["options"] = dict(providers.image_options)
+        if providers.tts_options:
+            speech["options"] = dict(providers.tts_options)
         media.append(PlannedTask(TaskKind.IMAGE, block.key, image, digest(image)))
         media.append(PlannedTask(TaskKind.TTS, block.key, speech, digest(speech)))
     by_ref = {t.ref: t for t in media}

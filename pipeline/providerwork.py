@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,8 +39,9 @@ PROVIDER_KIND = {"image": "image", "tts": "audio"}
 def provider_config(p: ProviderSettings) -> ProviderConfig:
     extra = {"base_url": p.base_url} if p.base_url else {}
     return ProviderConfig(backend=p.backend, api_key=p.api_key, model=p.model, size=p.size, voice=p.voice,
-                          honours_idempotency_key=p.honours_idempotency_key, connect_timeout=p.connect_timeout,
-                          read_timeout=p.read_timeout, **extra)
+                          options=p.options, honours_idempotency_key=p.honours_idempotency_key,
+                          connect_timeout=p.connect_timeout, read_timeout=p.read_timeout,
+                          call_timeout=p.call_timeout, max_bytes=p.max_bytes, **extra)
 
 
 def build_providers(cfg: Settings) -> dict[str, Provider]:
@@ -48,14 +50,16 @@ def build_providers(cfg: Settings) -> dict[str, Provider]:
             for kind in ("image", "tts")}
 
 
-def request_for(task: Task) -> GenerateRequest:
+def request_for(task: Task, seconds_left: float | None = None) -> GenerateRequest:
     data = task.input
     key = idempotency_key(task.fingerprint, task.id)
+    options = data.get("options") or {}
     if task.kind == "image":
         return GenerateRequest("image", data["prompt"], {"model": data["model"], "size": data["size"],
-                                                         "theme": data.get("theme")}, key)
+                                                         "theme": data.get("theme"), "options": options},
+                               key, seconds_left)
     return GenerateRequest("audio", data["text"], {"model": data["model"], "voice": data["voice"],
-                                                   "locale": data["locale"]}, key)
+                                                   "locale": data["locale"], "options": options}, key, seconds_left)
 
 
 def asset_of(sha256: str, result: Result) -> Asset:
@@ -79,7 +83,7 @@ class Limits:
             self._ensured.add((provider, p.max_concurrency))
         row = db.one(conn, "provider_slot_and_rate_take", {
             "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
-            "hold_seconds": p.connect_timeout + p.read_timeout + 30})
+            "hold_seconds": p.call_timeout + 30})
         if row["slot"] is not None:
             return row["slot"], holder
         if not row["slot_free"]:
@@ -122,7 +126,7 @@ class ProviderExecutor:
         settings: ProviderSettings = getattr(self.cfg, task.kind)
         name = f"{provider.name}:{task.kind}"
         try:  # nothing has reached the provider yet: any failure here is Transient or Busy
-            request = request_for(task)
+            request = request_for(task, seconds_left=(task.deadline_at - datetime.now(timezone.utc)).total_seconds())
             slot, holder = self.limits.take(name, settings)
         except psycopg.Error as exc:
             raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc

@@ -15,26 +15,52 @@ from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from pipeline.errors import ConfigError
+from providers.urls import UnsafeBaseURL, check_scheme
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
 class ProviderSettings:
-    """One provider's settings (IMAGE_* or TTS_*)."""
+    """One provider's settings (IMAGE_* or TTS_*).
+
+    `model`, `size` and `voice` left empty take the chosen backend's own default
+    (`BACKEND_DEFAULTS`), never another backend's. `options` holds the model
+    options that are set (quality, output_format, background for images;
+    instructions for speech); they are part of every input fingerprint.
+    """
 
     backend: str = "local"
     base_url: str = ""
     api_key: str = field(default="", repr=False)
     model: str = ""
-    size: str = "1024x1024"
+    size: str = ""
     voice: str = ""
+    options: tuple[tuple[str, str], ...] = ()
     honours_idempotency_key: bool = False
     max_concurrency: int = 4
     rate_per_minute: int = 600
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
+    call_timeout: float = 180.0
+    max_bytes: int = 32 * 1024 * 1024
     cost_per_call: float = 0.0
+
+
+# Each backend's own model, size and voice, used when the setting is empty.
+BACKEND_DEFAULTS = {
+    ("IMAGE", "local"): {"model": "local-card-v1", "size": "1024x1024"},
+    ("IMAGE", "openai"): {"model": "gpt-image-1", "size": "1024x1024"},
+    ("TTS", "local"): {"model": "espeak-ng-1.52"},
+    ("TTS", "openai"): {"model": "gpt-4o-mini-tts", "voice": "alloy"},
+}
+# Options a provider kind takes, each with the values it accepts (None: any text).
+PROVIDER_OPTIONS = {
+    "IMAGE": {"quality": ("low", "medium", "high", "auto", "standard", "hd"),
+              "output_format": ("png", "jpeg", "webp"),
+              "background": ("transparent", "opaque", "auto")},
+    "TTS": {"instructions": None},
+}
 
 
 @dataclass(frozen=True)
@@ -58,8 +84,8 @@ class Settings:
     media_retention_days: int = 30
     demo_mode: bool = False
     lab_api_key: str | None = field(default=None, repr=False)
-    image: ProviderSettings = ProviderSettings(model="local-card-v1")
-    tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", voice="")
+    image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
+    tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
 
 
 def _url(name: str, schemes: tuple[str, ...]) -> Callable[[str], str]:
@@ -129,7 +155,7 @@ def _text(raw: str) -> str:
 def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) -> ProviderSettings:
     spec = {
         "backend": ("PROVIDER", _choice(f"{prefix}_PROVIDER", ("local", "openai"))),
-        "base_url": ("BASE_URL", _url(f"{prefix}_BASE_URL", ("http", "https"))),
+        "base_url": ("BASE_URL", _base_url(f"{prefix}_BASE_URL")),
         "api_key": ("API_KEY", _text),
         "model": ("MODEL", _text),
         "size": ("SIZE", _text),
@@ -139,13 +165,41 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
         "rate_per_minute": ("RATE_PER_MINUTE", _int(f"{prefix}_RATE_PER_MINUTE", 1, 1_000_000)),
         "connect_timeout": ("CONNECT_TIMEOUT", _float(f"{prefix}_CONNECT_TIMEOUT", 0.05, 120)),
         "read_timeout": ("READ_TIMEOUT", _float(f"{prefix}_READ_TIMEOUT", 0.05, 3600)),
+        "call_timeout": ("CALL_TIMEOUT", _float(f"{prefix}_CALL_TIMEOUT", 0.1, 3600)),
+        "max_bytes": ("MAX_BYTES", _int(f"{prefix}_MAX_BYTES", 1024, 2**31)),
         "cost_per_call": ("COST_PER_CALL", _float(f"{prefix}_COST_PER_CALL", 0, 1000)),
     }
     values = _read(env, {k: (f"{prefix}_{suffix}", parse) for k, (suffix, parse) in spec.items()})
+    backend = values.get("backend", default.backend)
+    chosen = {"model": "", "size": "", "voice": "", **BACKEND_DEFAULTS[(prefix, backend)]}
+    values = {**chosen, **values, "options": _options(env, prefix)}
     result = ProviderSettings(**{**default.__dict__, **values})
-    if result.backend == "openai" and not (result.base_url and result.api_key and result.model):
-        raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL, {prefix}_API_KEY and {prefix}_MODEL")
+    if result.backend == "openai" and not (result.base_url and result.api_key):
+        raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL (such as https://api.openai.com/v1) "
+                          f"and {prefix}_API_KEY")
     return result
+
+
+def _options(env: Mapping[str, str], prefix: str) -> tuple[tuple[str, str], ...]:
+    found = []
+    for option, allowed in PROVIDER_OPTIONS[prefix].items():
+        name, raw = f"{prefix}_{option.upper()}", env.get(f"{prefix}_{option.upper()}", "")
+        if raw and allowed is not None and raw not in allowed:
+            raise ConfigError(f"{name}={raw!r} is not supported; expected one of: {', '.join(allowed)}")
+        if raw:
+            found.append((option, raw))
+    return tuple(found)
+
+
+def _base_url(name: str) -> Callable[[str], str]:
+    check = _url(name, ("http", "https"))
+
+    def parse(raw: str) -> str:
+        try:
+            return check_scheme(check(raw))
+        except UnsafeBaseURL as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    return parse
 
 
 def _read(env: Mapping[str, str], spec: Mapping[str, tuple[str, Callable[[str], object]]]) -> dict:

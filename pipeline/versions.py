@@ -29,7 +29,7 @@ class Saved:
 
 def provider_info(cfg: Settings) -> ProviderInfo:
     return ProviderInfo(cfg.image.backend, cfg.image.model, cfg.image.size,
-                        cfg.tts.backend, cfg.tts.model, cfg.tts.voice)
+                        cfg.tts.backend, cfg.tts.model, cfg.tts.voice, cfg.image.options, cfg.tts.options)
 
 
 def _earlier_save(conn: psycopg.Connection, save_key: str | None, request_digest: str) -> Saved | None:

@@ -22,7 +22,8 @@ class GenerateRequest:
     """One paid call: what to make (`kind`), from which text, with which parameters.
 
     `params` carries the provider options (model, size for images; voice,
-    locale for audio). `idempotency_key` is stable per task input, so a
+    locale for audio; `options`, the model options such as quality or
+    instructions). `idempotency_key` is stable per task input, so a
     provider that honours it answers a repeat with the first result.
     """
 
@@ -30,6 +31,7 @@ class GenerateRequest:
     text: str
     params: Mapping[str, Any] = field(default_factory=dict)
     idempotency_key: str = ""
+    seconds_left: float | None = None   # time before the task's total deadline: the call ends by then
 
     def __post_init__(self) -> None:
         # A read-only view, so a frozen request cannot be changed through its params.

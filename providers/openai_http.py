@@ -1,57 +1,77 @@
-"""HTTP adapters for OpenAI-compatible image and speech endpoints, over `requests`.
+"""HTTP adapters for OpenAI and OpenAI-compatible image and speech endpoints.
 
 This module owns the wire format of `POST /v1/images/generations` and
-`POST /v1/audio/speech`, the headers sent on every call (Bearer token,
-Idempotency-Key), and the translation of every third-party failure into the
-four provider error classes. That translation happens in exactly one
-function, `classify`, and it follows one question: could the provider have
-executed (and charged) the request?
+`POST /v1/audio/speech`: which fields each model family takes, and how an
+answer becomes a `Result`. The transport (limits, headers, classification)
+is `http_endpoint`'s.
 
-* provably not sent (connection refused, DNS, TLS handshake, connect
-  timeout; 408) -> Transient;
-* refused for good (400, 401, 403, 404, 422, other 4xx) -> Permanent;
-* rate limited or still in progress (429, 503 with Retry-After; 409, the
-  idempotency key's first request is still running) -> Busy;
-* anything after the request may have arrived (read timeout, connection
-  lost, 5xx, truncated or undecodable body) -> Ambiguous.
+The payloads follow the OpenAI API reference (developers.openai.com/api/reference,
+"Create image" and "Create speech"):
 
-The session is injected and a (connect, read) timeout is passed on every
-call. The API key never appears in a message or a repr. No database, no
-knowledge of tasks.
+* GPT image models (`gpt-image-*`, `chatgpt-image-*`) always answer base64 and
+  refuse `response_format` ("Unknown parameter"); they take `quality`
+  (low/medium/high/auto), `output_format` (png/jpeg/webp) and `background`.
+* `dall-e-2` / `dall-e-3` answer a URL unless `response_format: b64_json`; they
+  take none of the GPT image options.
+* Speech models take `model`, `input`, `voice`, `response_format`;
+  `instructions` "does not work with tts-1 or tts-1-hd", so only
+  `gpt-4o-mini-tts*` gets it.
+* A model of another family (a self-hosted compatible server's) gets the
+  minimal payload: model, prompt/input, size/voice, n, and for speech the
+  response format.
 """
 
 from __future__ import annotations
 
 import base64
-import email.utils
 import io
-import ssl
-import time
-import traceback
 import wave
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import requests
-from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
-from pipeline.errors import Ambiguous, Busy, Permanent, ProviderError, Transient
+from pipeline.errors import Permanent
 
 from .base import GenerateRequest, LookupAnswer, Result, Unsupported
+from .http_classify import BadBody
+from .http_endpoint import Answer, HttpEndpoint, Limits
 
-PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
-DEFAULT_RETRY_AFTER = 1.0
-# Where ssl errors raised during the handshake (or the hostname check right
-# after it) come from: no request byte has been written at that point.
-_HANDSHAKE_FRAMES = frozenset({"do_handshake", "_match_hostname", "match_hostname"})
-_AUDIO_TYPES = {
+AUDIO_TYPES = {
     "mp3": "audio/mpeg", "wav": "audio/wav", "opus": "audio/ogg", "aac": "audio/aac",
     "flac": "audio/flac", "pcm": "audio/L16",
 }
+GPT_IMAGE_OPTIONS = ("quality", "output_format", "background")
 
 
-class BadBody(ValueError):
-    """A 2xx answer whose body we cannot use (the provider may still have charged)."""
+def image_family(model: str) -> str:
+    """'gpt-image', 'dall-e' or 'other' (a compatible server's own model)."""
+    if model.startswith(("gpt-image-", "chatgpt-image-")):
+        return "gpt-image"
+    if model in ("dall-e-2", "dall-e-3"):
+        return "dall-e"
+    return "other"
+
+
+def image_payload(model: str, prompt: str, size: str, options: Mapping[str, str]) -> dict:
+    """The JSON body of one image call for `model`'s family."""
+    payload: dict[str, Any] = {"model": model, "prompt": prompt, "n": 1}
+    if size:
+        payload["size"] = size
+    family = image_family(model)
+    if family == "gpt-image":
+        payload.update({k: options[k] for k in GPT_IMAGE_OPTIONS if options.get(k)})
+    elif family == "dall-e":
+        payload["response_format"] = "b64_json"
+    return payload
+
+
+def speech_payload(model: str, text: str, voice: str, response_format: str, options: Mapping[str, str]) -> dict:
+    """The JSON body of one speech call; `instructions` only for the models that take it."""
+    payload = {"model": model, "input": text, "voice": voice, "response_format": response_format}
+    if options.get("instructions") and model.startswith("gpt-4o-mini-tts"):
+        payload["instructions"] = options["instructions"]
+    return payload
 
 
 def sniff_image_type(data: bytes) -> str:
@@ -65,157 +85,6 @@ def sniff_image_type(data: bytes) -> str:
     raise BadBody(f"image bytes are not PNG, WebP or JPEG (start {data[:8]!r})")
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float:
-    """Retry-After as seconds (delta-seconds or an HTTP date); default 1 when absent or bad."""
-    if not value:
-        return DEFAULT_RETRY_AFTER
-    text = value.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(text).timestamp()
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return DEFAULT_RETRY_AFTER
-    return max(0.0, when - (time.time() if now is None else now))
-
-
-def _provider_message(response: requests.Response) -> str:
-    try:
-        body = response.json()
-        message = body["error"]["message"]
-        if isinstance(message, str) and message:
-            return message
-    except (ValueError, KeyError, TypeError):
-        pass
-    return (response.text or response.reason or "").strip()[:300]
-
-
-def _causes(exc: BaseException, limit: int = 8) -> list[BaseException]:
-    """`exc` and what it wraps (urllib3 keeps the cause in `.reason` or `args[0]`)."""
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and len(chain) < limit and current not in chain:
-        chain.append(current)
-        inner = getattr(current, "reason", None)
-        if not isinstance(inner, BaseException):
-            inner = current.args[0] if current.args and isinstance(current.args[0], BaseException) else None
-        current = inner or current.__cause__ or current.__context__
-    return chain
-
-
-def _failed_in_handshake(exc: BaseException) -> bool:
-    # requests raises the same SSLError for a failed handshake and for a TLS
-    # error while reading the answer; only where the ssl error was raised
-    # tells whether request bytes had left. Unknown -> not provably unsent.
-    for cause in _causes(exc):
-        if isinstance(cause, (ssl.SSLError, ssl.CertificateError)) or type(cause).__name__ == "CertificateError":
-            frames = traceback.walk_tb(cause.__traceback__)
-            return any(frame.f_code.co_name in _HANDSHAKE_FRAMES for frame, _ in frames)
-    return False
-
-
-def _sent_nothing(exc: requests.RequestException) -> bool:
-    """True only when the failure provably happened before the request left us."""
-    if isinstance(exc, requests.exceptions.SSLError):
-        return _failed_in_handshake(exc)
-    if isinstance(exc, (requests.ConnectTimeout, requests.exceptions.ProxyError)):
-        return True
-    if isinstance(exc, requests.ConnectionError) and exc.args:
-        reason = exc.args[0]
-        if isinstance(reason, MaxRetryError):
-            reason = reason.reason
-        # NameResolutionError is a NewConnectionError: DNS failed, nothing sent.
-        return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
-    return False
-
-
-def _classify_status(response: requests.Response) -> ProviderError:
-    status = response.status_code
-    message = f"HTTP {status}: {_provider_message(response)}"
-    retry_after = response.headers.get("Retry-After")
-    if status == 429 or (status == 503 and retry_after is not None):
-        return Busy(message, retry_after=parse_retry_after(retry_after), http_status=status)
-    if status == 409:
-        # With an idempotency key, 409 means a request with this key is still
-        # being processed: its outcome will be known later, so wait.
-        return Busy(message, retry_after=parse_retry_after(retry_after), http_status=status)
-    if status == 408:
-        # The server gave up waiting for our request before it was complete.
-        return Transient(message, http_status=status)
-    if status in PERMANENT_STATUSES or 400 <= status < 500:
-        return Permanent(message, http_status=status)
-    return Ambiguous(message, http_status=status)
-
-
-def classify(exc: BaseException, *, secret: str = "") -> ProviderError:
-    """The one translation of a failed call into Permanent/Transient/Ambiguous/Busy.
-
-    `secret` (the API key) is cut out of the message, whatever echoed it.
-    """
-    error = _classify(exc)
-    if secret and secret in str(error):
-        error.args = (str(error).replace(secret, "***"),)
-    return error
-
-
-def _classify(exc: BaseException) -> ProviderError:
-    if isinstance(exc, requests.HTTPError) and exc.response is not None:
-        return _classify_status(exc.response)
-    if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-                        requests.exceptions.InvalidSchema, requests.exceptions.InvalidHeader)):
-        return Permanent(f"request not sent, the endpoint setting is invalid: {exc}")
-    if isinstance(exc, requests.RequestException) and _sent_nothing(exc):
-        return Transient(f"request not sent: {type(exc).__name__}: {exc}")
-    if isinstance(exc, requests.ReadTimeout):
-        return Ambiguous(f"no answer within the read timeout: {exc}")
-    if isinstance(exc, ValueError):  # BadBody, binascii.Error, JSONDecodeError
-        return Ambiguous(f"the answer could not be decoded: {type(exc).__name__}: {exc}")
-    # Connection lost after sending, truncated body, anything unknown: the
-    # provider may have done the work, so the outcome is unknown.
-    return Ambiguous(f"the call failed after the request may have arrived: {type(exc).__name__}: {exc}")
-
-
-class _HttpEndpoint:
-    """A base URL, a secret key and a session: POSTs JSON and classifies failures."""
-
-    def __init__(self, base_url: str, api_key: str, session: requests.Session,
-                 timeout: tuple[float, float]) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self._session = session
-        self.timeout = timeout
-
-    def post(self, path: str, payload: dict, key: str, parse: Callable[[requests.Response], Result]) -> Result:
-        """POST `payload`; `parse` turns a 2xx answer into a Result or raises BadBody."""
-        headers = {"Authorization": f"Bearer {self._api_key}", "Idempotency-Key": key}
-        try:
-            response = self._session.post(
-                f"{self.base_url}{path}", json=payload, headers=headers,
-                timeout=self.timeout, allow_redirects=False,
-            )
-            if not 200 <= response.status_code < 300:
-                raise requests.HTTPError(f"HTTP {response.status_code}", response=response)
-            _check_length(response)
-            return parse(response)
-        except (OSError, ValueError) as exc:  # RequestException is an OSError
-            raise classify(exc, secret=self._api_key) from exc
-
-
-def _check_length(response: requests.Response) -> None:
-    declared = response.headers.get("Content-Length")
-    # With a Content-Encoding the header counts compressed bytes; skip the check then.
-    if declared is None or response.headers.get("Content-Encoding"):
-        return
-    if not declared.isdigit() or int(declared) != len(response.content):
-        raise BadBody(f"body is {len(response.content)} bytes, Content-Length says {declared}")
-
-
-def _request_id(response: requests.Response) -> str:
-    return response.headers.get("x-request-id") or response.headers.get("request-id") or ""
-
-
 def _check_request(request: GenerateRequest, kind: str, provider: str) -> None:
     if request.kind != kind:
         raise Permanent(f"{provider} makes {kind!r}, not {request.kind!r}")
@@ -226,17 +95,18 @@ def _check_request(request: GenerateRequest, kind: str, provider: str) -> None:
 
 
 class OpenAIImageProvider:
-    """`POST {base}/v1/images/generations`, one image as b64_json."""
+    """`POST {root}/v1/images/generations`, one image as base64."""
 
     name = "openai-image"
     supports_lookup = False
 
     def __init__(self, *, base_url: str, api_key: str, model: str, session: requests.Session,
-                 timeout: tuple[float, float], size: str = "1024x1024",
+                 limits: Limits, size: str = "1024x1024", options: Mapping[str, str] | None = None,
                  honours_idempotency_key: bool = False) -> None:
-        self._http = _HttpEndpoint(base_url, api_key, session, timeout)
+        self._http = HttpEndpoint(base_url, api_key, session, limits)
         self.model = model
         self.size = size
+        self.options = dict(options or {})
         self.honours_idempotency_key = honours_idempotency_key
 
     def __repr__(self) -> str:
@@ -244,26 +114,28 @@ class OpenAIImageProvider:
 
     def generate(self, request: GenerateRequest) -> Result:
         _check_request(request, "image", self.name)
-        payload = {
-            "model": request.params.get("model") or self.model, "prompt": request.text,
-            "size": request.params.get("size") or self.size, "n": 1, "response_format": "b64_json",
-        }
-        return self._http.post("/v1/images/generations", payload, request.idempotency_key, self._parse)
+        params = request.params
+        model = params.get("model") or self.model
+        payload = image_payload(model, request.text, params.get("size") or self.size,
+                                params.get("options") or self.options)
+        return self._http.post("/v1/images/generations", payload, request.idempotency_key,
+                               lambda answer: _parse_image(answer, model), request.seconds_left)
 
     def lookup(self, idempotency_key: str) -> LookupAnswer:
         return Unsupported()  # the API cannot be asked what happened to a key
 
-    def _parse(self, response: requests.Response) -> Result:
-        body = response.json()
-        try:
-            encoded = body["data"][0]["b64_json"]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise BadBody(f"no data[0].b64_json in the answer ({type(exc).__name__})") from exc
-        if not isinstance(encoded, str):
-            raise BadBody("data[0].b64_json is not a string")
-        data = base64.b64decode(encoded, validate=True)
-        media_type = sniff_image_type(data)
-        return Result(data, media_type, _request_id(response), {"model": self.model, **_image_size(data)})
+
+def _parse_image(answer: Answer, model: str) -> Result:
+    body = answer.json()
+    try:
+        encoded = body["data"][0]["b64_json"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise BadBody(f"no data[0].b64_json in the answer ({type(exc).__name__})") from exc
+    if not isinstance(encoded, str):
+        raise BadBody("data[0].b64_json is not a string")
+    data = base64.b64decode(encoded, validate=True)
+    media_type = sniff_image_type(data)
+    return Result(data, media_type, answer.request_id, {"model": model, **_image_size(data)})
 
 
 def _image_size(data: bytes) -> dict:
@@ -278,20 +150,21 @@ def _image_size(data: bytes) -> dict:
 
 
 class OpenAISpeechProvider:
-    """`POST {base}/v1/audio/speech`; the answer body is the audio."""
+    """`POST {root}/v1/audio/speech`; the answer body is the audio."""
 
     name = "openai-tts"
     supports_lookup = False
 
     def __init__(self, *, base_url: str, api_key: str, model: str, session: requests.Session,
-                 timeout: tuple[float, float], voice: str = "alloy", response_format: str = "wav",
-                 honours_idempotency_key: bool = False) -> None:
-        if response_format not in _AUDIO_TYPES:
-            raise ValueError(f"response_format {response_format!r}: choose one of {', '.join(_AUDIO_TYPES)}")
-        self._http = _HttpEndpoint(base_url, api_key, session, timeout)
+                 limits: Limits, voice: str = "alloy", response_format: str = "wav",
+                 options: Mapping[str, str] | None = None, honours_idempotency_key: bool = False) -> None:
+        if response_format not in AUDIO_TYPES:
+            raise ValueError(f"response_format {response_format!r}: choose one of {', '.join(AUDIO_TYPES)}")
+        self._http = HttpEndpoint(base_url, api_key, session, limits)
         self.model = model
         self.voice = voice
         self.response_format = response_format
+        self.options = dict(options or {})
         self.honours_idempotency_key = honours_idempotency_key
 
     def __repr__(self) -> str:
@@ -299,23 +172,23 @@ class OpenAISpeechProvider:
 
     def generate(self, request: GenerateRequest) -> Result:
         _check_request(request, "audio", self.name)
-        payload = {
-            "model": request.params.get("model") or self.model, "input": request.text,
-            "voice": request.params.get("voice") or self.voice, "response_format": self.response_format,
-        }
-        return self._http.post("/v1/audio/speech", payload, request.idempotency_key, self._parse)
+        params = request.params
+        model = params.get("model") or self.model
+        payload = speech_payload(model, request.text, params.get("voice") or self.voice, self.response_format,
+                                 params.get("options") or self.options)
+        return self._http.post("/v1/audio/speech", payload, request.idempotency_key,
+                               lambda answer: self._parse(answer, model), request.seconds_left)
 
     def lookup(self, idempotency_key: str) -> LookupAnswer:
         return Unsupported()  # the API cannot be asked what happened to a key
 
-    def _parse(self, response: requests.Response) -> Result:
-        data = response.content
-        if not data:
+    def _parse(self, answer: Answer, model: str) -> Result:
+        if not answer.body:
             raise BadBody("the audio answer is empty")
-        metadata: dict[str, Any] = {"model": self.model, "format": self.response_format}
+        metadata: dict[str, Any] = {"model": model, "format": self.response_format}
         if self.response_format == "wav":
-            metadata.update(_wav_info(data))
-        return Result(data, _AUDIO_TYPES[self.response_format], _request_id(response), metadata)
+            metadata.update(_wav_info(answer.body))
+        return Result(answer.body, AUDIO_TYPES[self.response_format], answer.request_id, metadata)
 
 
 def _wav_info(data: bytes) -> dict:

@@ -16,6 +16,7 @@ import requests
 from pipeline.errors import ConfigError, Permanent
 
 from .base import KINDS, Provider
+from .urls import UnsafeBaseURL, check_scheme
 
 BACKENDS = ("local", "openai")
 
@@ -25,14 +26,17 @@ class ProviderConfig:
     """Settings of one provider. `size` is used for images, `voice` for audio."""
 
     backend: str = "local"
-    base_url: str = "https://api.openai.com"
+    base_url: str = "https://api.openai.com/v1"
     api_key: str = field(default="", repr=False)
     model: str = ""
-    size: str = "1024x1024"
+    size: str = ""
     voice: str = ""
+    options: tuple[tuple[str, str], ...] = ()
     honours_idempotency_key: bool = False
     connect_timeout: float = 3.05
     read_timeout: float = 60.0
+    call_timeout: float = 180.0
+    max_bytes: int = 32 * 1024 * 1024
 
 
 def build_provider(kind: str, cfg: ProviderConfig, *, session: requests.Session | None = None,
@@ -54,7 +58,7 @@ def _build_local(kind: str, cfg: ProviderConfig, journal_dir: Path | None) -> Pr
         from .local_image import LocalImageProvider
 
         try:
-            return LocalImageProvider(journal_dir, model=cfg.model or "local-card-1", size=cfg.size)
+            return LocalImageProvider(journal_dir, model=cfg.model or "local-card-1", size=cfg.size or "1024x1024")
         except Permanent as exc:
             raise ConfigError(f"image size setting: {exc}") from exc
     from .local_tts import LocalSpeechProvider  # GPL engine: imported only when chosen
@@ -63,19 +67,22 @@ def _build_local(kind: str, cfg: ProviderConfig, journal_dir: Path | None) -> Pr
 
 
 def _build_openai(kind: str, cfg: ProviderConfig, session: requests.Session) -> Provider:
+    from .http_endpoint import Limits
     from .openai_http import OpenAIImageProvider, OpenAISpeechProvider
 
     if not cfg.api_key:
         raise ConfigError("the openai backend needs an API key; set one or choose the local backend")
-    if not cfg.base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"provider base URL {cfg.base_url!r} must start with http:// or https://")
-    if cfg.connect_timeout <= 0 or cfg.read_timeout <= 0:
-        raise ConfigError("provider timeouts must be positive numbers of seconds")
+    try:
+        check_scheme(cfg.base_url)
+    except UnsafeBaseURL as exc:
+        raise ConfigError(f"provider base URL: {exc}") from None
+    if min(cfg.connect_timeout, cfg.read_timeout, cfg.call_timeout) <= 0 or cfg.max_bytes <= 0:
+        raise ConfigError("provider timeouts and the byte cap must be positive numbers")
     common = dict(
-        base_url=cfg.base_url, api_key=cfg.api_key, session=session,
-        timeout=(cfg.connect_timeout, cfg.read_timeout),
+        base_url=cfg.base_url, api_key=cfg.api_key, session=session, options=dict(cfg.options),
+        limits=Limits(cfg.connect_timeout, cfg.read_timeout, cfg.call_timeout, cfg.max_bytes),
         honours_idempotency_key=cfg.honours_idempotency_key,
     )
     if kind == "image":
-        return OpenAIImageProvider(model=cfg.model or "gpt-image-1", size=cfg.size, **common)
+        return OpenAIImageProvider(model=cfg.model or "gpt-image-1", size=cfg.size or "1024x1024", **common)
     return OpenAISpeechProvider(model=cfg.model or "gpt-4o-mini-tts", voice=cfg.voice or "alloy", **common)

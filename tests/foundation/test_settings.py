@@ -21,6 +21,12 @@ def test_defaults_need_no_environment():
     ({"TTS_PROVIDER": "openai"}, "TTS_PROVIDER=openai needs"),
     ({"IMAGE_HONOURS_IDEMPOTENCY_KEY": "maybe"}, "IMAGE_HONOURS_IDEMPOTENCY_KEY"),
     ({"LEASE_SECONDS": "5", "HEARTBEAT_SECONDS": "10"}, "HEARTBEAT_SECONDS"),
+    ({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "http://api.example.com/v1", "IMAGE_API_KEY": "k"},
+     "IMAGE_BASE_URL.*https://"),
+    ({"IMAGE_QUALITY": "ultra"}, "IMAGE_QUALITY"),
+    ({"IMAGE_OUTPUT_FORMAT": "gif"}, "IMAGE_OUTPUT_FORMAT"),
+    ({"TTS_MAX_BYTES": "10"}, "TTS_MAX_BYTES"),
+    ({"IMAGE_CALL_TIMEOUT": "0"}, "IMAGE_CALL_TIMEOUT"),
 ])
 def test_an_invalid_value_is_refused_with_its_name(env, named):
     with pytest.raises(ConfigError, match=named):
@@ -37,3 +43,37 @@ def test_valid_values_are_parsed():
 def test_secrets_stay_out_of_the_repr():
     cfg = settings.load({"SECRET_KEY": "s3cr3t-s3cr3t-s3cr3t", "IMAGE_API_KEY": "sk-very-secret"})
     assert "s3cr3t" not in repr(cfg) and "sk-very-secret" not in repr(cfg)
+
+
+OPENAI = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/v1", "IMAGE_API_KEY": "sk-i",
+          "TTS_PROVIDER": "openai", "TTS_BASE_URL": "https://api.openai.com/v1", "TTS_API_KEY": "sk-t"}
+
+
+def test_choosing_openai_takes_its_own_default_models_and_voice_never_the_local_ones():
+    cfg = settings.load(OPENAI)
+    assert (cfg.image.model, cfg.image.size) == ("gpt-image-1", "1024x1024")
+    assert (cfg.tts.model, cfg.tts.voice) == ("gpt-4o-mini-tts", "alloy")
+
+
+def test_the_local_backends_keep_their_own_models():
+    cfg = settings.load({})
+    assert (cfg.image.model, cfg.tts.model, cfg.tts.voice) == ("local-card-v1", "espeak-ng-1.52", "")
+
+
+def test_a_model_voice_or_size_that_is_set_wins_over_the_backends_default():
+    cfg = settings.load({**OPENAI, "IMAGE_MODEL": "dall-e-3", "IMAGE_SIZE": "1792x1024", "TTS_VOICE": "nova"})
+    assert (cfg.image.model, cfg.image.size, cfg.tts.voice) == ("dall-e-3", "1792x1024", "nova")
+
+
+def test_model_options_are_read_only_when_set_and_only_for_their_kind():
+    cfg = settings.load({"IMAGE_QUALITY": "high", "IMAGE_OUTPUT_FORMAT": "webp", "TTS_INSTRUCTIONS": "slowly",
+                         "TTS_QUALITY": "high"})
+    assert cfg.image.options == (("quality", "high"), ("output_format", "webp"))
+    assert cfg.tts.options == (("instructions", "slowly"),)
+    assert settings.load({}).image.options == ()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1", "http://localhost:8080", "https://llm.example.com"])
+def test_a_base_url_is_https_or_on_this_machine(url):
+    cfg = settings.load({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": url, "IMAGE_API_KEY": "k"})
+    assert cfg.image.base_url == url

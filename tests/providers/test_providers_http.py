@@ -15,7 +15,7 @@ import requests
 
 from pipeline.errors import Ambiguous, Busy, ConfigError, Permanent, Transient
 from providers.base import GenerateRequest, Unsupported
-from providers.openai_http import parse_retry_after
+from providers.http_classify import parse_retry_after
 from providers.registry import ProviderConfig, build_provider
 from tests.fakeprovider import Behaviour, Calls, FakeProviderServer
 
@@ -31,7 +31,7 @@ def fake():
 
 
 def make(kind: str, base_url: str, session: requests.Session | None = None, **changes):
-    settings = dict(backend="openai", base_url=base_url, api_key=SECRET, model="test-model",
+    settings = dict(backend="openai", base_url=base_url, api_key=SECRET,
                     connect_timeout=2.0, read_timeout=READ_TIMEOUT)
     settings.update(changes)
     return build_provider(kind, ProviderConfig(**settings), session=session or requests.Session())
@@ -159,7 +159,7 @@ def test_a_failed_name_lookup_is_transient(monkeypatch):
     # the resolver is replaced so no query leaves the machine; urllib3 and requests wrap it as usual
     monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
     with pytest.raises(Transient) as caught:
-        make("image", "http://fake-provider.invalid:9").generate(request("image"))
+        make("image", "https://fake-provider.invalid:9").generate(request("image"))
     assert "NameResolutionError" in repr(caught.value.__cause__)
 
 
@@ -249,9 +249,9 @@ def test_every_call_sends_the_bearer_key_the_idempotency_key_and_the_timeout(fak
     recorded = fake.recorded
     assert [r.headers["Authorization"] for r in recorded] == [f"Bearer {SECRET}"] * 3
     assert [r.headers["Idempotency-Key"] for r in recorded] == ["key-a", "key-b", "key-c"]
-    assert recorded[1].body == {"model": "test-model", "prompt": "a lighthouse at dusk", "size": "1024x1024",
-                                "n": 1, "response_format": "b64_json"}
-    assert recorded[2].body == {"model": "test-model", "input": "a lighthouse at dusk", "voice": "alloy",
+    assert recorded[1].body == {"model": "gpt-image-1", "prompt": "a lighthouse at dusk", "size": "1024x1024",
+                                "n": 1}
+    assert recorded[2].body == {"model": "gpt-4o-mini-tts", "input": "a lighthouse at dusk", "voice": "alloy",
                                 "response_format": "wav"}
 
 
@@ -335,7 +335,9 @@ def test_the_fake_records_the_peak_of_concurrent_requests_per_endpoint(fake):
     for thread in threads:
         thread.join(timeout=10)
     assert errors == []
-    assert (fake.max_in_flight("image"), fake.max_in_flight("audio"), fake.in_flight("image")) == (3, 0, 0)
+    # the server counts a call out after its last byte is sent, which the client may see first
+    wait_until(lambda: fake.in_flight("image") == 0)
+    assert (fake.max_in_flight("image"), fake.max_in_flight("audio")) == (3, 0)
 
 
 def test_the_fake_can_be_scripted_and_read_over_http(fake):
@@ -376,28 +378,6 @@ def test_the_fake_stops_promptly_while_a_call_hangs():
     assert not caller.is_alive()
     assert time.monotonic() - started < 5
     assert [type(item) for item in outcome] == [Ambiguous]
-
-
-class ShortBodyAdapter(requests.adapters.BaseAdapter):
-    """A transport that claims more bytes than it delivers, without raising itself."""
-
-    def send(self, request, **kwargs):
-        response = requests.Response()
-        response.status_code = 200
-        response.headers["Content-Length"] = "1000"
-        response._content = b'{"data": []}'
-        response.request, response.url = request, request.url
-        return response
-
-    def close(self) -> None:
-        pass
-
-
-def test_a_body_shorter_than_its_content_length_is_ambiguous_even_if_the_transport_is_silent():
-    session = requests.Session()
-    session.mount("http://", ShortBodyAdapter())
-    with pytest.raises(Ambiguous, match="Content-Length says 1000"):
-        make("image", "http://provider.test", session).generate(request("image"))
 
 
 def test_another_process_can_make_the_fake_refuse_connections_for_a_while(fake):

@@ -1,151 +1,25 @@
-"""A controllable fake of an OpenAI-compatible provider, as a real HTTP server.
+"""The fake provider's HTTP server: scripting, counters, and serving calls.
 
-It listens on 127.0.0.1 (port 0 picks a free port) and speaks
-`POST /v1/images/generations` (answers a small real PNG as b64_json) and
-`POST /v1/audio/speech` (answers a small real WAV). The picture's colour and
-the tone's pitch come from the execution number, so a replayed answer is
-byte-identical to the first one and a new execution is not.
-
-Scripting: a queue of per-call behaviours, consumed in order (a behaviour may
-be limited to one endpoint), then a default behaviour. Each request, whatever
-its idempotency key, consumes the next behaviour. Actions:
-
-    ok          answer normally
-    delay       wait `seconds`, then answer
-    hold        wait until `release()` (at most `seconds`), then answer
-    status      answer `status` with {"error": {"message"}} and optional Retry-After
-    hang        accept, then wait `seconds` (past the client's read timeout) and close
-    drop        read the request, close the connection without a response
-    reset       read the request, abort the connection (TCP RST)
-    truncate    send a Content-Length larger than the body sent, then close
-    bad_body    200 with an undecodable body (not JSON / not a WAV)
-    bad_base64  200 with JSON whose b64_json is not base64
-
-`execute` says whether a failing call (status, hang, drop, reset) was
-executed (charged) before failing; by default every action but `status` is.
-With `honour_keys` on, a request whose key was executed before gets the first
-answer back and is not executed again (a scripted failure still fails).
-
-Refusing connections: `refuse_connections(seconds)` closes the listening
-socket, so connection attempts get ECONNREFUSED from the kernel (nothing is
-listening on the port); `accept_connections()`, or the timer when `seconds` is
-given, binds a new listening socket on the same port. Responses always carry
-`Connection: close`, so no pooled keep-alive connection can slip past a refusal.
-
-Counters: requests and executions per idempotency key, requests in flight and
-their peak per endpoint ("image", "audio"). Everything is reachable from
-Python (`calls_for`, `max_in_flight`, `script`, `reset`, ...) and over HTTP
-(`GET /_fake/stats`, `POST /_fake/script`, `POST /_fake/reset`,
-`POST /_fake/release`) for tests that drive it from another process.
-`POST /_fake/script` takes JSON such as::
-
-    {"behaviours": [{"action": "status", "status": 503, "retry_after": "2"}],
-     "default": {"action": "ok"}, "honour_keys": true, "refuse_seconds": 1.5}
-
-While connections are refused, the control endpoints are unreachable too, so
-from another process refuse only for a period (`refuse_seconds`).
+See the package docstring for the behaviours and the control endpoints.
 """
 
 from __future__ import annotations
 
 import base64
-import io
+import gzip
 import json
-import math
 import socket
 import struct
 import threading
 import time
-import wave
-import zlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-ENDPOINTS = {"/v1/images/generations": "image", "/v1/audio/speech": "audio"}
-ACTIONS = ("ok", "delay", "hold", "status", "hang", "drop", "reset", "truncate", "bad_body", "bad_base64")
-
-
-@dataclass(frozen=True)
-class Behaviour:
-    """What the fake does with one request."""
-
-    action: str = "ok"
-    seconds: float = 0.0
-    status: int = 200
-    retry_after: str | None = None
-    message: str | None = None
-    execute: bool | None = None
-    endpoint: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.action not in ACTIONS:
-            raise ValueError(f"unknown action {self.action!r}: choose one of {', '.join(ACTIONS)}")
-        if self.endpoint not in (None, *ENDPOINTS.values()):
-            raise ValueError(f"unknown endpoint {self.endpoint!r}: use 'image', 'audio' or None")
-
-    @property
-    def executes(self) -> bool:
-        # An answer needs an execution (or a replay); only failures may skip it.
-        if self.action in ("status", "hang", "drop", "reset") and self.execute is not None:
-            return self.execute
-        return self.action != "status"
-
-    @classmethod
-    def from_json(cls, data: dict) -> Behaviour:
-        return cls(**data)
-
-    @staticmethod
-    def fail(status: int, *, retry_after: str | float | None = None, message: str | None = None,
-             endpoint: str | None = None, execute: bool | None = None) -> Behaviour:
-        after = None if retry_after is None else str(retry_after)
-        return Behaviour("status", status=status, retry_after=after, message=message,
-                         endpoint=endpoint, execute=execute)
-
-
-@dataclass(frozen=True)
-class Calls:
-    """How often one idempotency key reached the fake, and how often it was executed."""
-
-    requests: int = 0
-    executions: int = 0
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    endpoint: str
-    key: str
-    headers: dict
-    body: Any
-
-
-def tiny_png(seed: int) -> bytes:
-    """An 8x8 RGB PNG of one colour chosen by `seed`, built with zlib only."""
-    colour = bytes(((seed * 67) % 256, (seed * 131 + 40) % 256, (seed * 29 + 90) % 256))
-    raw = b"".join(b"\x00" + colour * 8 for _ in range(8))
-
-    def chunk(tag: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + tag + payload + struct.pack(">I", zlib.crc32(tag + payload))
-
-    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
-
-
-def tiny_wav(seed: int, seconds: float = 0.2, rate: int = 22050) -> bytes:
-    """A short 16-bit mono sine tone whose pitch is chosen by `seed`."""
-    pitch = 330 + 10 * (seed % 50)
-    frames = b"".join(
-        struct.pack("<h", int(8000 * math.sin(2 * math.pi * pitch * n / rate))) for n in range(int(seconds * rate))
-    )
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(frames)
-    return buffer.getvalue()
-
+from . import contract
+from .behaviours import ENDPOINTS, Behaviour, Calls, RecordedRequest
+from .media import tiny_image, tiny_wav
 
 @dataclass
 class _Answer:
@@ -188,7 +62,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/_fake/stats":
             self.send_json(200, self.server.fake.stats())
         else:
-            self.send_json(404, {"error": {"message": f"no route GET {self.path}"}})
+            self.send_json(*contract.refuse_path("GET", self.path))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -204,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self.send_json(200, answer)
         else:
-            self.send_json(404, {"error": {"message": f"no route POST {self.path}"}})
+            self.send_json(*contract.refuse_path("POST", self.path))
 
     def send_json(self, status: int, body: Any, extra: dict | None = None) -> None:
         self.send_bytes(status, "application/json", json.dumps(body).encode(), extra)
@@ -285,6 +159,10 @@ class FakeProviderServer:
             if self._listener is not None:
                 self._listener.stop()
                 self._listener = None
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Block until `stop()` (or the timeout); True once stopped."""
+        return self._stopped.wait(timeout)
 
     def __enter__(self) -> FakeProviderServer:
         return self.start()
@@ -401,24 +279,25 @@ class FakeProviderServer:
             body = json.loads(raw)
         except ValueError:
             body = None
+        refusal = contract.refuse(endpoint, handler.headers, body)
         with self._lock:
             state = self._state
             state.log.append(RecordedRequest(endpoint, key, dict(handler.headers.items()), body))
             state.requests[key] += 1
             state.in_flight[endpoint] += 1
             state.peak[endpoint] = max(state.peak[endpoint], state.in_flight[endpoint])
-            behaviour = state.next_behaviour(endpoint)
+            # A refused call does nothing and consumes no scripted behaviour.
+            behaviour = None if refusal else state.next_behaviour(endpoint)
         try:
-            refusal = _bad_request(endpoint, handler.headers, body)
-            if refusal and behaviour.action in ("ok", "delay", "hold"):
-                handler.send_json(refusal[0], {"error": {"message": refusal[1], "type": "invalid_request_error"}})
+            if refusal:
+                handler.send_json(*refusal)
             else:
-                self._perform(handler, endpoint, key, behaviour)
+                self._perform(handler, endpoint, key, behaviour, body)
         finally:
             with self._lock:
                 state.in_flight[endpoint] -= 1
 
-    def _answer(self, endpoint: str, key: str, execute: bool) -> _Answer | None:
+    def _answer(self, endpoint: str, key: str, execute: bool, body: dict) -> _Answer | None:
         """The answer for this call: a replay, a new execution, or None (not executed)."""
         with self._lock:
             state = self._state
@@ -430,24 +309,19 @@ class FakeProviderServer:
             state.executions[key] += 1
             state.total_executions += 1
             number = state.total_executions
-        if endpoint == "image":
-            png = base64.b64encode(tiny_png(number)).decode()
-            payload = json.dumps({"created": int(time.time()), "data": [{"b64_json": png}]}).encode()
-            answer = _Answer("application/json", payload, f"req_{number}")
-        else:
-            answer = _Answer("audio/wav", tiny_wav(number), f"req_{number}")
+        answer = _make_answer(endpoint, number, body)
         with self._lock:
             if key:
                 state.answers.setdefault((endpoint, key), answer)
         return answer
 
-    def _perform(self, handler: _Handler, endpoint: str, key: str, behaviour: Behaviour) -> None:
+    def _perform(self, handler: _Handler, endpoint: str, key: str, behaviour: Behaviour, body: dict) -> None:
         action = behaviour.action
-        answer = self._answer(endpoint, key, behaviour.executes)
+        answer = self._answer(endpoint, key, behaviour.executes, body)
         if action == "status":
             extra = {} if behaviour.retry_after is None else {"Retry-After": behaviour.retry_after}
             message = behaviour.message or f"fake provider answered {behaviour.status}"
-            handler.send_json(behaviour.status, {"error": {"message": message, "type": "fake"}}, extra)
+            handler.send_json(*contract.error(behaviour.status, message, kind="fake_error"), extra)
         elif action == "hang":
             self._stopped.wait(behaviour.seconds or 30)
             handler.close_connection = True
@@ -455,6 +329,8 @@ class FakeProviderServer:
             handler.close_connection = True
         elif action == "reset":
             handler.abort()
+        elif action in ("trickle", "huge"):
+            self._stream(handler, behaviour)
         else:
             if action == "delay":
                 self._stopped.wait(behaviour.seconds)
@@ -472,7 +348,32 @@ class FakeProviderServer:
             body = json.dumps({"data": [{"b64_json": "%%% not base64 %%%"}]}).encode()
         elif action == "truncate":
             body, declared = answer.body[: len(answer.body) // 2], len(answer.body)
+        elif action == "compressed":
+            body, headers["Content-Encoding"] = gzip.compress(answer.body), "gzip"
         handler.send_bytes(200, answer.content_type, body, headers, declared)
+
+    def _stream(self, handler: _Handler, behaviour: Behaviour) -> None:
+        """trickle: one byte every `seconds`; huge: `size` bytes as fast as the client reads."""
+        size = behaviour.size or (1 << 20 if behaviour.action == "trickle" else 300 * 10**6)
+        handler.close_connection = True
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if behaviour.declare:
+            handler.send_header("Content-Length", str(size))
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        step, pause = (1, behaviour.seconds or 1.0) if behaviour.action == "trickle" else (1 << 20, 0.0)
+        chunk = b" " * step
+        sent = 0
+        try:
+            while sent < size and not self._stopped.is_set():
+                handler.wfile.write(chunk[: size - sent])
+                handler.wfile.flush()
+                sent += step
+                if pause:
+                    self._stopped.wait(pause)
+        except OSError:
+            pass  # the client gave up: what the test expects of it
 
     def _wait_for_release(self, timeout: float) -> None:
         with self._wake:
@@ -492,31 +393,18 @@ def _rebind(fake: FakeProviderServer, port: int) -> _Listener:
             time.sleep(0.05)
 
 
-def _bad_request(endpoint: str, headers: Any, body: Any) -> tuple[int, str] | None:
-    """What a real provider would refuse before doing any work, or None."""
-    if not str(headers.get("Authorization", "")).startswith("Bearer "):
-        return 401, "missing bearer token"
-    field_name = "prompt" if endpoint == "image" else "input"
-    if not isinstance(body, dict) or not body.get(field_name) or not body.get("model"):
-        return 400, f"the JSON body needs 'model' and '{field_name}'"
-    return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the fake in the foreground: `python -m tests.fakeprovider [PORT]`."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    server = FakeProviderServer(int(args[0]) if args else 0).start()
-    print(f"fake provider listening on {server.base_url}", flush=True)
-    try:
-        server._stopped.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _make_answer(endpoint: str, number: int, body: dict) -> _Answer:
+    """Execution `number`'s answer, in the shape and format the request asked for."""
+    if endpoint == "image":
+        image = tiny_image(number, body.get("output_format", "png"))
+        if body.get("model", "").startswith("dall-e") and body.get("response_format") != "b64_json":
+            item = {"url": f"https://images.invalid/{number}.png"}  # DALL-E's default answer is a URL
+        else:
+            item = {"b64_json": base64.b64encode(image).decode()}
+        payload = json.dumps({"created": int(time.time()), "data": [item]}).encode()
+        return _Answer("application/json", payload, f"req_{number}")
+    audio_format = body.get("response_format", "mp3")
+    audio = tiny_wav(number)
+    content_type = "audio/wav" if audio_format == "wav" else f"audio/{audio_format}"
+    # Only WAV is really encoded; other formats carry the tone's raw samples.
+    return _Answer(content_type, audio if audio_format == "wav" else audio[44:], f"req_{number}")
