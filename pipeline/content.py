@@ -150,3 +150,11 @@ def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
               "blocks": [{"key": b.key, "text": b.text, "image": by_ref[f"image:{b.key}"].fingerprint,
                           "audio": by_ref[f"tts:{b.key}"].fingerprint} for b in draft.blocks]}
     return media + [PlannedTask(TaskKind.BUNDLE, None, bundle, digest(bundle), tuple(t.ref for t in media))]
+
+
+def stamped(task: PlannedTask, content_id: int, version: int) -> PlannedTask:
+    """The task as saved: a bundle's zip names its content and version, so its fingerprint covers them too."""
+    if task.kind is not TaskKind.BUNDLE:
+        return task
+    data = {**task.input, "content_id": content_id, "version": version}
+    return PlannedTask(task.kind, task.block_key, data, digest(data), task.depends_on)

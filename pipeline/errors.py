@@ -84,5 +84,17 @@ class Busy(ProviderError):
         self.retry_after = retry_after
 
 
+class WaitingForInput(Busy):
+    """Another task is making the same input right now: wait for its asset, spend no attempt."""
+
+    waiting_for = "input"
+
+
+class BudgetReached(Busy):
+    """The call would pass a spend limit: it is not made; the task waits, spending no attempt."""
+
+    waiting_for = "budget"
+
+
 class Cancelled(PipelineError):
     """The task's version was cancelled while this worker held it."""

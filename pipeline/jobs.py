@@ -52,11 +52,13 @@ class Lease:
         return True
 
     def _run(self) -> None:
+        # Beats go on after the lease is lost: a call in flight keeps its input held until it ends.
+        told = False
         while not self._stop.wait(self.rt.settings.heartbeat_seconds):
             self.beat()
-            if self.lost:
+            if self.lost and not told:
                 log("lease_lost", task_id=self.task.id, lease_token=self.task.lease_token)
-                return
+                told = True
 
     def check(self) -> None:
         if not self.beat():
@@ -90,9 +92,28 @@ def _reuse(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
     asset = engine.find_reusable(rt.conn(), task.fingerprint)
     if asset is None:
         return None
+    provider = getattr(rt.executor, "provider_name", lambda kind: kind)(task.kind)
     status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id, reason="reused",
-                                       details={"reused_sha256": asset.sha256}, reused=True)
+                                       details={"reused_sha256": asset.sha256}, reused_from=provider)
     return status.value, unblocked
+
+
+def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
+    """Become the one task that pays for this input, or reuse what its holder made, or wait for it.
+
+    None: this task holds the input and may call. Otherwise the task's status after reusing or parking.
+    """
+    for _ in range(3):  # the holder may finish between our steps; each loop sees a newer state
+        if engine.take_input(rt.conn(), task, rt.settings.lease_seconds):
+            return _reuse(rt, task)   # the asset may have been stored just before we took the input
+        parked = engine.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
+                                       now=datetime.now(timezone.utc))
+        if parked is not None:
+            return parked.status.value, []
+        reused = _reuse(rt, task)
+        if reused:
+            return reused
+    raise Transient(f"task {task.id}: the hold on its input kept changing hands; trying again later")
 
 
 def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[int]]:
@@ -100,11 +121,15 @@ def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[i
     if reused:
         return reused
     try:
+        settled = _hold_input(rt, task) if task.kind != "bundle" else None
+        if settled:
+            return settled
         asset = rt.executor.execute(task, lease)   # it checks the lease right before any paid call
     except Cancelled:
         engine.cancel_running(rt.conn(), task, actor=rt.worker_id)
         return "cancelled", []
     except LeaseLost:
+        engine.release_input(rt.conn(), task)     # raised before any call: nothing is in flight
         raise
     except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
         outcome = engine.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,

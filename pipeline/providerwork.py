@@ -20,10 +20,10 @@ from typing import Callable
 
 import psycopg
 
-from pipeline import bundle, db
+from pipeline import bundle, db, spend
 from pipeline.db import connect
 from pipeline.engine import Asset, Task
-from pipeline.errors import Ambiguous, Busy, PipelineError, ProviderError, Transient
+from pipeline.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, PipelineError, ProviderError, Transient
 from pipeline.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
@@ -75,17 +75,22 @@ class Limits:
     conn: Callable[[], psycopg.Connection]
     _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
 
-    def take(self, provider: str, p: ProviderSettings) -> tuple[int, uuid.UUID]:
-        """Hold one call slot and count one call in this minute's window (one statement), or raise Busy."""
+    def take(self, provider: str, p: ProviderSettings,
+             book: Callable[[psycopg.Connection], spend.Booking | None]) -> tuple[int, uuid.UUID, spend.Booking | None]:
+        """Hold one call slot, count one call in this minute's window and book its cost, all or nothing.
+
+        Raises Busy (no slot, rate reached) or BudgetReached; then nothing is held or booked.
+        """
         conn, holder = self.conn(), uuid.uuid4()
         if (provider, p.max_concurrency) not in self._ensured:
             db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
             self._ensured.add((provider, p.max_concurrency))
-        row = db.one(conn, "provider_slot_and_rate_take", {
-            "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
-            "hold_seconds": p.call_timeout + 30})
-        if row["slot"] is not None:
-            return row["slot"], holder
+        with conn.transaction():
+            row = db.one(conn, "provider_slot_and_rate_take", {
+                "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
+                "hold_seconds": p.call_timeout + 30})
+            if row["slot"] is not None:
+                return row["slot"], holder, book(conn)
         if not row["slot_free"]:
             raise Busy(f"{provider}: all {p.max_concurrency} call slots are in use", retry_after=1.0)
         raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
@@ -125,19 +130,37 @@ class ProviderExecutor:
         provider = self.providers[task.kind]
         settings: ProviderSettings = getattr(self.cfg, task.kind)
         name = f"{provider.name}:{task.kind}"
-        try:  # nothing has reached the provider yet: any failure here is Transient or Busy
+        try:  # nothing has reached the provider yet: any failure here is Transient, Busy or BudgetReached
             request = request_for(task, seconds_left=(task.deadline_at - datetime.now(timezone.utc)).total_seconds())
-            slot, holder = self.limits.take(name, settings)
+            replay = settings.honours_idempotency_key and bool(
+                db.scalar(self.conn(), "provider_calls_key_charged", {"idempotency_key": request.idempotency_key}))
+            slot, holder, booking = self.limits.take(name, settings, lambda conn: None if replay else spend.book(
+                conn, provider.name, task.content_id, settings, self.cfg.content_budget,
+                self.cfg.budget_recheck_seconds))
         except psycopg.Error as exc:
             raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
         try:
             ctx.check()
-            return self._call(task, ctx, provider, settings, request)
+            return self._call(task, ctx, provider, settings, request, replay)
+        except Exception as exc:
+            if booking is not None and _unpaid(exc):
+                self._refund(booking)
+            raise
         finally:
             self.limits.give_back(name, slot, holder)
 
+    def provider_name(self, kind: str) -> str:
+        """The name the ledger uses for the provider of a task kind."""
+        return self.providers[kind].name if kind in self.providers else kind
+
+    def _refund(self, booking: spend.Booking) -> None:
+        try:
+            spend.refund(self.conn(), booking)
+        except psycopg.Error as exc:   # the booking stays: the budget errs on the side of spending less
+            log("spend_refund_failed", provider=booking.provider, error=exc.__class__.__name__)
+
     def _call(self, task: Task, ctx: WorkContext, provider: Provider, settings: ProviderSettings,
-              request: GenerateRequest) -> Asset:
+              request: GenerateRequest, replay: bool = False) -> Asset:
         self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name, provider.model,
                                       task.fingerprint, request.idempotency_key, now()))
         started = time.monotonic()
@@ -146,7 +169,7 @@ class ProviderExecutor:
             result = provider.generate(request)
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
-            charged = isinstance(exc, Ambiguous)
+            charged = isinstance(exc, Ambiguous) and not replay
             self._record(ctx, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
                          latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
             if isinstance(exc, Ambiguous) and settings.honours_idempotency_key:
@@ -159,8 +182,9 @@ class ProviderExecutor:
         self.book.write_result(Outcome(task.id, task.attempts, str(task.lease_token), result.provider_request_id,
                                        sha, asset.size, asset.media_type, asset.width, asset.height,
                                        asset.duration_ms, elapsed, now()))
+        # A key-honouring provider answers a retried key with the first result: one charge, booked once.
         self._record(ctx, **record, outcome="succeeded", http_status=200, latency_ms=elapsed,
-                     cost=settings.cost_per_call)
+                     cost=0.0 if replay else settings.cost_per_call)
         return asset
 
     @staticmethod
@@ -172,3 +196,14 @@ class ProviderExecutor:
         except psycopg.Error as exc:
             log("ledger_write_failed", idempotency_key=row["idempotency_key"], outcome=row["outcome"],
                 error=exc.__class__.__name__)
+
+
+def _unpaid(error: BaseException) -> bool:
+    """True when the call provably cost nothing: never sent, refused, or stopped before the provider acted.
+
+    An Ambiguous answer that a key-honouring provider makes safe to repeat (Transient caused by
+    Ambiguous) may still have been charged: its booking stays.
+    """
+    if isinstance(error.__cause__, Ambiguous):
+        return False
+    return isinstance(error, (Transient, Busy, Permanent, Cancelled, LeaseLost))

@@ -45,6 +45,7 @@ class ProviderSettings:
     call_timeout: float = 180.0
     max_bytes: int = 32 * 1024 * 1024
     cost_per_call: float = 0.0
+    daily_budget: float | None = None      # spend limit per UTC day, in the unit of cost_per_call
 
 
 # Each backend's own model, size and voice, used when the setting is empty.
@@ -84,6 +85,8 @@ class Settings:
     media_retention_days: int = 30
     demo_mode: bool = False
     lab_api_key: str | None = field(default=None, repr=False)
+    content_budget: float | None = None    # spend limit per content, in the unit of *_COST_PER_CALL
+    budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
 
@@ -168,6 +171,7 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
         "call_timeout": ("CALL_TIMEOUT", _float(f"{prefix}_CALL_TIMEOUT", 0.1, 3600)),
         "max_bytes": ("MAX_BYTES", _int(f"{prefix}_MAX_BYTES", 1024, 2**31)),
         "cost_per_call": ("COST_PER_CALL", _float(f"{prefix}_COST_PER_CALL", 0, 1000)),
+        "daily_budget": ("DAILY_BUDGET", _float(f"{prefix}_DAILY_BUDGET", 0, 1e9)),
     }
     values = _read(env, {k: (f"{prefix}_{suffix}", parse) for k, (suffix, parse) in spec.items()})
     backend = values.get("backend", default.backend)
@@ -234,6 +238,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "media_retention_days": ("MEDIA_RETENTION_DAYS", _int("MEDIA_RETENTION_DAYS", 1, 36_500)),
         "demo_mode": ("DEMO_MODE", _bool("DEMO_MODE")),
         "lab_api_key": ("LAB_API_KEY", _secret("LAB_API_KEY")),
+        "content_budget": ("CONTENT_BUDGET", _float("CONTENT_BUDGET", 0, 1e9)),
+        "budget_recheck_seconds": ("BUDGET_RECHECK_SECONDS", _float("BUDGET_RECHECK_SECONDS", 0.1, 86_400)),
     }
     values = _read(env, spec)
     base = Settings()

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db
-from pipeline.content import Draft, ProviderInfo, plan_tasks
+from pipeline.content import Draft, ProviderInfo, plan_tasks, stamped
 from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
 from pipeline.settings import Settings
 
@@ -100,6 +100,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
 
 def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: Settings) -> list[int]:
     """The version's tasks, their dependencies and the outbox rows of the runnable ones, in three batches."""
+    plan = [stamped(task, content_id, number) for task in plan]
     rows = db.many(conn, "tasks_insert", [{
         "content_id": content_id, "version": number, "kind": task.kind.value, "block_key": task.block_key,
         "input": Jsonb(task.input), "fingerprint": task.fingerprint, "max_attempts": cfg.max_attempts,

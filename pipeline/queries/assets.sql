@@ -21,3 +21,7 @@ VALUES (%(task_id)s, %(attempt)s, %(provider)s, %(model)s, %(idempotency_key)s, 
 
 -- provider_calls_of_task: a task's calls, oldest first
 SELECT * FROM provider_calls WHERE task_id = %(task_id)s ORDER BY id;
+
+-- provider_calls_key_charged: an earlier call with this idempotency key may have been charged
+SELECT EXISTS (SELECT 1 FROM provider_calls WHERE idempotency_key = %(idempotency_key)s
+               AND outcome = 'ambiguous' AND cost > 0) AS charged;

@@ -24,7 +24,7 @@ ORDER BY t.updated_at LIMIT %(limit)s;
 -- tasks_recover: the reconciler's guarded move, only while the task is still as it saw it
 -- (running: same lease token and the lease still expired, so a heartbeat in between wins)
 WITH moved AS (
-    UPDATE tasks SET status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
+    UPDATE tasks SET waiting_for = NULL, status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
            asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
            available_at = coalesce(%(available_at)s, available_at),
            last_error = CASE WHEN %(to_status)s::task_status = 'succeeded' THEN NULL ELSE %(reason)s END
@@ -57,7 +57,7 @@ RETURNING id, task_id;
 
 -- reconcile_fail_past_deadline: waiting tasks past their deadline fail with a dead letter
 WITH moved AS (
-    UPDATE tasks t SET status = 'failed', last_error = 'deadline passed', updated_at = now()
+    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = 'deadline passed', updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE status IN ('ready', 'retry') AND deadline_at <= now()
           ORDER BY deadline_at LIMIT %(limit)s FOR NO KEY UPDATE SKIP LOCKED) old
     WHERE t.id = old.id
@@ -74,7 +74,7 @@ FROM moved RETURNING task_id;
 
 -- reconcile_supersede_old: unfinished tasks of versions older than their content's current one
 WITH moved AS (
-    UPDATE tasks t SET status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
+    UPDATE tasks t SET waiting_for = NULL, status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
     FROM (SELECT t.id, t.status FROM tasks t JOIN contents c ON c.id = t.content_id
           WHERE t.status IN ('ready', 'running', 'retry', 'unknown') AND t.version < c.current_version
           LIMIT %(limit)s FOR NO KEY UPDATE OF t SKIP LOCKED) old

@@ -36,7 +36,7 @@ DELETE FROM dead_letters WHERE task_id = %(task_id)s RETURNING reason, last_erro
 
 -- tasks_manual_retry: an editor reopens a failed or unknown task of the current, uncancelled version,
 -- with a fresh attempt budget and a fresh deadline (an old deadline would fail it again at once)
-UPDATE tasks t SET status = 'ready', max_attempts = t.attempts + %(budget)s, available_at = now(),
+UPDATE tasks t SET waiting_for = NULL, status = 'ready', max_attempts = t.attempts + %(budget)s, available_at = now(),
        deadline_at = greatest(t.deadline_at, now() + make_interval(secs => %(deadline_seconds)s)),
        updated_at = now()
 FROM contents c, versions v
@@ -57,7 +57,7 @@ RETURNING t.id;
 
 -- tasks_resolve_failed: an editor closes an unknown task as failed, with a dead letter naming the note
 WITH moved AS (
-    UPDATE tasks SET status = 'failed', last_error = %(last_error)s, updated_at = now()
+    UPDATE tasks SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s, updated_at = now()
     WHERE id = %(task_id)s AND status = 'unknown'
     RETURNING *
 ), dead AS (

@@ -21,7 +21,7 @@ WITH old AS (
       AND status IN ('ready', 'running', 'retry', 'unknown')
     FOR NO KEY UPDATE
 ), moved AS (
-    UPDATE tasks t SET status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
+    UPDATE tasks t SET waiting_for = NULL, status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
     FROM old WHERE t.id = old.id
     RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
 ), dropped AS (
@@ -51,7 +51,7 @@ WITH candidate AS (
 ), claimed AS (
     UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
            lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
-           worker = %(worker)s, updated_at = now()
+           worker = %(worker)s, waiting_for = NULL, updated_at = now()
     FROM candidate WHERE t.id = candidate.id
     RETURNING t.*, candidate.status AS from_status
 ), logged AS (
@@ -66,7 +66,7 @@ JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.ver
 
 -- tasks_fail_past_deadline: a waiting task whose deadline passed fails without running
 WITH moved AS (
-    UPDATE tasks t SET status = 'failed', last_error = 'deadline passed before the task could run',
+    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = 'deadline passed before the task could run',
            updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE id = %(task_id)s AND status IN ('ready', 'retry')
           AND deadline_at <= now() FOR NO KEY UPDATE) old
@@ -99,7 +99,7 @@ WITH moved AS (
            asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
            available_at = coalesce(%(available_at)s, available_at),
            attempts = attempts - %(refund)s::int,
-           last_error = %(last_error)s
+           last_error = %(last_error)s, waiting_for = %(waiting_for)s
     WHERE id = %(task_id)s AND status = 'running' AND lease_token = %(lease_token)s
       AND (%(to_status)s::task_status = 'cancelled' OR NOT EXISTS (
             SELECT 1 FROM versions v WHERE v.content_id = tasks.content_id AND v.version = tasks.version
@@ -115,7 +115,7 @@ SELECT * FROM moved;
 
 -- tasks_cancel_waiting: a cancelled version's waiting tasks are cancelled at once
 WITH moved AS (
-    UPDATE tasks t SET status = 'cancelled', updated_at = now()
+    UPDATE tasks t SET waiting_for = NULL, status = 'cancelled', updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s
           AND status IN ('ready', 'retry', 'unknown') FOR NO KEY UPDATE) old
     WHERE t.id = old.id

@@ -60,7 +60,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
     fresh = engine.claim(conn, task_id, worker="w2", lease_seconds=30)
     assert fresh is not None and fresh.lease_token != stale.lease_token
     asset = engine.Asset("a" * 64, "image/png", 1)
-    # then every exit of the stale holder is refused and writes nothing
+    # then every exit of the stale holder is refused and leaves the task alone
     with pytest.raises(LeaseLost):
         engine.succeed(conn, stale, asset, actor="w1")
     for error in (Transient("x"), Permanent("x"), Ambiguous("x")):
@@ -69,9 +69,10 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
     assert not engine.heartbeat(conn, stale, 30).alive
     row = db.one(conn, "tasks_get", {"task_id": task_id})
     assert (row["status"], str(row["lease_token"])) == ("running", str(fresh.lease_token))
-    assert conn.execute("SELECT count(*) AS n FROM assets").fetchone()["n"] == 0
+    assert row["asset_sha256"] is None
+    # but the stale holder's paid result is kept as an asset of its input, for reuse
+    assert engine.find_reusable(conn, stale.fingerprint) == asset
     # while the new holder can complete
-    conn.execute("INSERT INTO assets (sha256, media_type, size) VALUES (%s, 'image/png', 1)", ("a" * 64,))
     assert engine.succeed(conn, fresh, asset, actor="w2")[0].value == "succeeded"
 
 
@@ -217,3 +218,27 @@ def test_cancelling_a_version_cancels_waiting_tasks_now_and_the_running_one_at_i
     assert cancelled_now == [2, "running"]  # tts and bundle at once; the running image waits for its worker
     assert statuses(conn, saved.content_id) == ["cancelled"] * 3
     assert conn.execute("SELECT count(*) AS n FROM tasks WHERE asset_sha256 IS NOT NULL").fetchone()["n"] == 0
+
+
+def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flight(conn, cfg):
+    # given: version 1's first image is being paid for
+    saved = versions.save(conn, draft(2), cfg, actor="a")
+    old_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
+    old = engine.claim(conn, old_id, worker="w1", lease_seconds=30)
+    assert engine.take_input(conn, old, 30)
+    # when: the same text is saved again (the old task is superseded mid-call) and its twin runs
+    versions.save(conn, draft(2), cfg, actor="a", content_id=saved.content_id, base_version=1)
+    twin_row = next(r for r in task_rows(cfg.database_url, saved.content_id)
+                    if r["version"] == 2 and r["fingerprint"] == old.fingerprint)
+    twin = engine.claim(conn, twin_row["id"], worker="w2", lease_seconds=30)
+    # then: the twin may not call, and waits without spending an attempt
+    assert not engine.take_input(conn, twin, 30)
+    parked = engine.wait_for_input(conn, twin, cfg, actor="w2", now=datetime.now(timezone.utc))
+    row = db.one(conn, "tasks_get", {"task_id": twin.id})
+    assert (parked.status.value, row["waiting_for"], row["attempts"]) == ("retry", "input", 0)
+    # and when the old call answers, its asset is kept and the twin is woken to reuse it
+    with pytest.raises(LeaseLost):
+        engine.succeed(conn, old, engine.Asset("b" * 64, "image/png", 1), actor="w1")
+    assert engine.find_reusable(conn, old.fingerprint).sha256 == "b" * 64
+    woken = db.one(conn, "tasks_get", {"task_id": twin.id})
+    assert woken["available_at"] <= datetime.now(timezone.utc)

@@ -20,24 +20,33 @@ def machine_for(conn, cfg):
         def __init__(self):
             super().__init__()
             conn.execute("TRUNCATE contents, versions, tasks, task_deps, outbox, events, dead_letters, assets, "
-                         "asset_inputs, provider_calls, reconcile_runs RESTART IDENTITY CASCADE")
+                         "asset_inputs, provider_calls, reconcile_runs, input_calls RESTART IDENTITY CASCADE")
             self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
             self.version = 1
             self.holders: list[engine.Task] = []
+            self.calling: dict = {}   # lease_token -> (fingerprint, task id) of a call made and not yet answered
 
-        def _task_ids(self):
-            return [r["id"] for r in conn.execute("SELECT id FROM tasks ORDER BY id")]
+        def _task_ids(self, version=None):
+            return [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE version = coalesce(%s, version) "
+                                                  "ORDER BY id", (version,))]
 
         def _current_token(self, task_id):
             row = conn.execute("SELECT status, lease_token FROM tasks WHERE id = %s", (task_id,)).fetchone()
             return row["lease_token"] if row["status"] == "running" else None
 
-        @rule(pick=st.integers(0, 100))
-        def claim(self, pick):
-            ids = self._task_ids()
+        @rule(pick=st.integers(0, 100), call=st.booleans(), newest=st.booleans())
+        def claim(self, pick, call, newest):
+            ids = self._task_ids(self.version if newest else None)
             task = engine.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
             if task:
                 self.holders.append(task)
+                if call:
+                    self._call(task)
+
+        def _call(self, holder):
+            """The holder takes its input and calls the provider, if no other task holds that input."""
+            if holder.kind != "bundle" and engine.take_input(conn, holder, 60):
+                self.calling[holder.lease_token] = (holder.fingerprint, holder.id)
 
         @rule(pick=st.integers(0, 100), outcome=st.sampled_from(["succeed", *ERRORS]))
         def finish(self, pick, outcome):
@@ -45,6 +54,7 @@ def machine_for(conn, cfg):
                 return
             holder = self.holders[pick % len(self.holders)]
             current = self._current_token(holder.id) == holder.lease_token
+            self.calling.pop(holder.lease_token, None)   # the call, if one was made, has answered
             try:
                 if outcome == "succeed":
                     engine.succeed(conn, holder, engine.Asset("e" * 64, "image/png", 1), actor="w")
@@ -53,6 +63,11 @@ def machine_for(conn, cfg):
                 assert current, "a stale holder was allowed to write"
             except LeaseLost:
                 assert not current, "the current holder was refused"
+
+        @rule(pick=st.integers(0, 100))
+        def a_holder_takes_its_input_and_calls(self, pick):
+            if self.holders:
+                self._call(self.holders[pick % len(self.holders)])
 
         @rule(pick=st.integers(0, 100))
         def heartbeat(self, pick):
@@ -76,11 +91,13 @@ def machine_for(conn, cfg):
             if task:
                 self.holders.append(task)
 
-        @rule(roll=st.integers(0, 3))
-        def new_version(self, roll):
+        @rule(roll=st.integers(0, 3), same_text=st.booleans())
+        def new_version(self, roll, same_text):
             if roll:  # rarer than the rules that act inside a version
                 return
-            versions.save(conn, draft(2, prefix=f"v{self.version + 1}"), cfg, actor="e", content_id=self.content,
+            # the same text makes the same inputs: the new tasks meet calls the old ones have in flight
+            prefix = "" if same_text else f"v{self.version + 1}"
+            versions.save(conn, draft(2, prefix=prefix), cfg, actor="e", content_id=self.content,
                           base_version=self.version)
             self.version += 1
 
@@ -89,6 +106,13 @@ def machine_for(conn, cfg):
             if roll:  # a cancel ends a version's story: keep it rare so histories stay long
                 return
             versions.cancel(conn, self.content, self.version, actor="e")
+
+        @invariant()
+        def at_most_one_task_calls_for_an_input(self):
+            tasks_by_input: dict = {}
+            for fingerprint, task_id in self.calling.values():
+                tasks_by_input.setdefault(fingerprint, set()).add(task_id)
+            assert all(len(ids) == 1 for ids in tasks_by_input.values()), tasks_by_input
 
         @invariant()
         def older_versions_have_no_unfinished_work(self):
