@@ -24,9 +24,6 @@ WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s;
 DELETE FROM input_calls WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s
 RETURNING fingerprint;
 
--- input_calls_release_task: a person or the reconciler settled the holder task's unknown outcome
-DELETE FROM input_calls WHERE task_id = %(task_id)s RETURNING fingerprint;
-
 -- tasks_wake_input_waiters: tasks waiting for this input may run now (their messages are due at once)
 WITH woken AS (
     UPDATE tasks SET available_at = now()
