@@ -102,6 +102,7 @@ SCHEMAS = {
         "id": {"type": "integer"}, "kind": {"enum": ["image", "tts", "bundle"]}, "block": {"type": ["string", "null"]},
         "status": {"type": "string"}, "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
+        "waiting_for": {"enum": ["input", "budget", None]},
         "sha256": {"type": ["string", "null"]}, "asset_url": {"type": ["string", "null"]},
         "events": {"type": "array", "items": OBJECT}}},
     "Version": {"type": "object", "properties": {

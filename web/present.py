@@ -37,6 +37,15 @@ def error_in_words(message: str | None) -> str:
     return message
 
 
+def paused_words(message: str | None) -> str:
+    """A budget pause as the board says it: "paused: daily budget reached (... spent N of M today)"."""
+    text = message or ""
+    if text.startswith("busy (") and text.endswith(")"):   # the retry policy's wrapping of a wait
+        text = text[len("busy ("):-1]
+    start = text.find("paused:")
+    return text[start:] if start >= 0 else "paused: a spend budget is reached"
+
+
 def when(value: datetime | None) -> str:
     """Short absolute time in UTC, with the date only when it is not today."""
     if value is None:
@@ -59,5 +68,6 @@ def money(value: float | int | None) -> str:
 
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(status_words=status_words, error_in_words=error_in_words, when=when,
+                                 paused_words=paused_words,
                                  seconds_until=seconds_until, money=money,
                                  kind_words=lambda k: KIND_WORDS.get(k, k))
