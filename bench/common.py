@@ -174,8 +174,9 @@ class Stack:
         providers that have no limit, and a limit reached would only measure a wait of up to a minute.
         """
         return {"DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url, "MEDIA_DIR": str(self.media_dir),
-                "SECRET_KEY": "bench-only-secret-0123456789", "IMAGE_RATE_PER_MINUTE": "1000000",
-                "TTS_RATE_PER_MINUTE": "1000000", **extra}
+                "SECRET_KEY": "bench-only-secret-0123456789abcdefghij", "IMAGE_RATE_PER_MINUTE": "1000000",
+                "TTS_RATE_PER_MINUTE": "1000000", "KEY_SAVES_PER_MINUTE": "1000000",
+                "KEY_MAX_PENDING_TASKS": "100000000", **extra}
 
     def settings(self, **extra: str) -> settings_mod.Settings:
         return settings_mod.load(self.env(**extra))

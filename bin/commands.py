@@ -132,8 +132,8 @@ def keys_main(argv: list[str]) -> int:
     create = sub.add_parser("create", help="make a key and print it once (only its hash is stored)")
     create.add_argument("--owner", required=True, help="who holds the key; named in every recorded action")
     create.add_argument("--role", required=True, choices=("editor", "reviewer", "admin"))
-    sub.add_parser("list", help="list keys (never the keys themselves)")
-    revoke = sub.add_parser("revoke", help="revoke a key by id; its sessions end at their next request")
+    sub.add_parser("list", help="list keys by id (nothing of the keys themselves is stored)")
+    revoke = sub.add_parser("revoke", help="revoke a key by id; its UI sessions end at once")
     revoke.add_argument("key_id", type=int)
     args = parser.parse_args(argv)
     cfg = _settings()
@@ -149,7 +149,7 @@ def keys_main(argv: list[str]) -> int:
             elif args.command == "list":
                 for info in keys.list_keys(conn):
                     state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "live"
-                    print(f"{info.id:>5}  {info.key_prefix}…  {info.role:<8}  {info.owner}  "
+                    print(f"{info.id:>5}  {info.role:<8}  {info.owner}  "
                           f"created {info.created_at:%Y-%m-%d %H:%M}  {state}")
             else:
                 info = keys.revoke(conn, args.key_id)

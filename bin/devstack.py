@@ -1,8 +1,10 @@
 """The development stack behind bin/dev: servers, migrations and every process, in the foreground.
 
 Embedded PostgreSQL and Valkey keep their data under .data/ between runs (unless
-DATABASE_URL / REDIS_URL name other servers). Each process's lines are prefixed
-with its name. Ctrl-C (or SIGTERM) stops the processes, then the servers.
+DATABASE_URL / REDIS_URL name other servers). Unless SECRET_KEY / LAB_API_KEY are set,
+the first start makes them and keeps them in .data/secret-key and .data/lab-api-key
+(mode 0600); every process gets them in its environment. Each process's lines are
+prefixed with its name. Ctrl-C (or SIGTERM) stops the processes, then the servers.
 Exit codes: 0 stopped cleanly, 1 a process or server failed, 2 bad configuration or busy port.
 """
 
@@ -83,15 +85,45 @@ def processes(python: str, cfg, redis_url: str) -> list[Child]:
     return children
 
 
-def _first_admin_key(database_url: str, lab_key: str | None) -> None:
+def kept_secret(path: Path, make) -> tuple[str, bool]:
+    """The secret kept in `path` (owner-only), made with `make()` on first use; (secret, made now)."""
+    if path.exists():
+        value = path.read_text().strip()
+        if len(value) >= settings_mod.MIN_SECRET:
+            return value, False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(value + "\n")
+    return value, True
+
+
+def _dev_secrets(env: dict[str, str]) -> None:
+    """SECRET_KEY and LAB_API_KEY for every process: the environment's, or bin/dev's own under .data/."""
+    import secrets
+    from pipeline.keys import new_token
+    if not env.get("SECRET_KEY"):
+        env["SECRET_KEY"], made = kept_secret(DATA / "secret-key", lambda: secrets.token_urlsafe(48))
+        if made:
+            say("dev", f"made a SECRET_KEY for the dev stack, kept in {DATA / 'secret-key'}")
+    if not env.get("LAB_API_KEY"):
+        env["LAB_API_KEY"], made = kept_secret(DATA / "lab-api-key", new_token)
+        if made:
+            say("dev", f"made an admin API key (LAB_API_KEY), kept in {DATA / 'lab-api-key'}; sign in with it, "
+                       f"send it as X-API-Key: {env['LAB_API_KEY']}")
+
+
+def _first_admin_key(database_url: str, lab_key: str) -> None:
     from pipeline.db import connect
-    from pipeline.keys import ensure_admin_key
+    from pipeline.keys import authenticate, ensure_admin_key
     with connect(database_url, autocommit=True) as conn:
-        token = ensure_admin_key(conn, lab_key)
-    if token:
-        say("dev", f"created an admin API key (shown only now; sign in with it, send it as X-API-Key): {token}")
-    elif lab_key:
-        say("dev", "LAB_API_KEY is an admin API key")
+        ensure_admin_key(conn, lab_key)
+        live = authenticate(conn, lab_key) is not None
+    if live:
+        say("dev", "LAB_API_KEY is an admin API key (bin/dev's own: `cat .data/lab-api-key`, unless you set it)")
+    else:
+        say("dev", "LAB_API_KEY was revoked; set another one, or delete .data/lab-api-key to get a new one")
 
 
 def main(argv: list[str]) -> int:
@@ -120,9 +152,10 @@ def main(argv: list[str]) -> int:
             say("dev", f"Valkey on 127.0.0.1:{cfg.dev_redis_port}")
         env.setdefault("MEDIA_DIR", str(DATA / "media"))
         env.setdefault("DEMO_MODE", "true")
+        _dev_secrets(env)
         for m in migrations.migrate(env["DATABASE_URL"]):
             say("dev", f"applied migration {m.version:04d}_{m.name}")
-        _first_admin_key(env["DATABASE_URL"], cfg.lab_api_key)
+        _first_admin_key(env["DATABASE_URL"], env["LAB_API_KEY"])
         children = processes(sys.executable, cfg, env["REDIS_URL"])
         for child in children:
             child.start(env)

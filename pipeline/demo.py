@@ -128,14 +128,14 @@ def disarm(cfg: Settings) -> int:
 
 
 def start_job(conn: psycopg.Connection, cfg: Settings, theme: str, scenario: str | None, *,
-              actor: str, locale: str | None = None) -> versions.Saved:
+              actor: str, locale: str | None = None, key_id: int | None = None) -> versions.Saved:
     """Save the theme's lesson with the scenario's fault armed; nothing stays armed if the save is refused."""
     draft = lesson(theme, locale=locale, mark=run_mark() if scenario else None)
     if scenario:
         # armed before the save commits, so no worker can make this lesson's first image call unarmed
         arm(cfg, scenario)
     try:
-        return versions.save(conn, draft, cfg, actor=actor)
+        return versions.save(conn, draft, cfg, actor=actor, key_id=key_id)
     except Exception:
         if scenario:
             disarm(cfg)

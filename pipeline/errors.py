@@ -42,6 +42,14 @@ class CapacityExceeded(PipelineError):
         self.retry_after = retry_after
 
 
+class KeyLimitReached(PipelineError):
+    """One key's own limit (pending tasks, saves per minute) refused a save: nothing was written."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class LeaseLost(PipelineError):
     """A fenced write matched no row: this worker no longer holds the task's lease."""
 

@@ -1,9 +1,11 @@
 """API keys: roles, hashed storage, create / list / revoke, and who may do what.
 
-A token is 32 random bytes (URL-safe text with a short readable prefix). Only
-its sha256 is stored: tokens are high-entropy, so a plain hash is enough and a
-lookup is one indexed equality. The token itself is returned once, at creation.
-This module never logs or stores a token in clear.
+A token is 32 random bytes (URL-safe text after the marker `mp_`). Only its
+sha256 is stored, not even its first characters: tokens are high-entropy (a
+supplied LAB_API_KEY must have at least 32 characters), so a plain hash is
+enough and a lookup is one indexed equality. The token itself is returned once,
+at creation. This module never logs or stores a token in clear. Revoking a key
+ends its UI sessions in the same transaction.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ class Principal:
     key_id: int
     owner: str
     role: str
-    key_prefix: str
 
     def may(self, permission: str) -> bool:
         return permission in PERMISSIONS.get(self.role, frozenset())
@@ -49,7 +50,6 @@ class KeyInfo:
     id: int
     owner: str
     role: str
-    key_prefix: str
     created_at: datetime
     revoked_at: datetime | None
 
@@ -76,8 +76,7 @@ def _check(owner: str, role: str) -> str:
 
 
 def _insert(conn: psycopg.Connection, owner: str, role: str, token: str) -> KeyInfo:
-    row = db.one(conn, "api_keys_insert", {"owner": owner, "role": role, "key_prefix": token[:10],
-                                           "key_hash": hash_token(token)})
+    row = db.one(conn, "api_keys_insert", {"owner": owner, "role": role, "key_hash": hash_token(token)})
     return KeyInfo(**row)
 
 
@@ -96,6 +95,7 @@ def list_keys(conn: psycopg.Connection) -> list[KeyInfo]:
 def revoke(conn: psycopg.Connection, key_id: int) -> KeyInfo:
     with conn.transaction():
         row = db.one(conn, "api_keys_revoke", {"key_id": key_id})
+        db.execute(conn, "web_sessions_delete_of_key", {"key_id": key_id})
     if row is None:
         raise NotFound(f"no live API key with id {key_id}; `bin/keys list` shows the ids")
     return KeyInfo(**row)
@@ -106,12 +106,12 @@ def authenticate(conn: psycopg.Connection, token: str | None) -> Principal | Non
     if not token or len(token) > 200:
         return None
     row = db.one(conn, "api_keys_by_hash", {"key_hash": hash_token(token)})
-    return Principal(row["id"], row["owner"], row["role"], row["key_prefix"]) if row else None
+    return Principal(row["id"], row["owner"], row["role"]) if row else None
 
 
 def by_id(conn: psycopg.Connection, key_id: int) -> Principal | None:
     row = db.one(conn, "api_keys_get_live", {"key_id": key_id})
-    return Principal(row["id"], row["owner"], row["role"], row["key_prefix"]) if row else None
+    return Principal(row["id"], row["owner"], row["role"]) if row else None
 
 
 def ensure_admin_key(conn: psycopg.Connection, lab_key: str | None) -> str | None:

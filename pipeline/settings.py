@@ -69,7 +69,7 @@ class Settings:
     database_url: str | None = None
     redis_url: str | None = None
     media_dir: Path = ROOT / ".data" / "media"
-    secret_key: str = field(default="dev-only-secret-change-me", repr=False)
+    secret_key: str = field(default="", repr=False)
     port: int = 8000
     dev_pg_port: int = 55432       # bin/dev's embedded PostgreSQL
     dev_redis_port: int = 56379    # bin/dev's embedded Valkey
@@ -84,6 +84,14 @@ class Settings:
     lost_dispatch_seconds: float = 120.0
     media_retention_days: int = 30
     demo_mode: bool = False
+    # security (docs/security.md)
+    session_idle_seconds: float = 3600.0       # a UI session ends after this long without a request
+    session_max_seconds: float = 43_200.0      # and this long after sign-in, whatever happens
+    trusted_proxies: int = 0                   # reverse proxies in front of the web app (ProxyFix); 0: none
+    media_url_ttl_seconds: int = 86_400        # lifetime of the delivery manifest's signed media URLs
+    metrics_token: str | None = field(default=None, repr=False)   # Bearer token for /metrics
+    key_max_pending_tasks: int = 2_000         # pending tasks one key's saves may hold
+    key_saves_per_minute: int = 60             # saves one key may make per minute
     lab_api_key: str | None = field(default=None, repr=False)
     content_budget: float | None = None    # spend limit per content, in the unit of *_COST_PER_CALL
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
@@ -143,10 +151,15 @@ def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+MIN_SECRET = 32
+MAKE_SECRET = "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+
+
 def _secret(name: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
-        if len(raw) < 16:
-            raise ConfigError(f"{name} is too short ({len(raw)} characters); use at least 16 random characters")
+        if len(raw) < MIN_SECRET:
+            raise ConfigError(f"{name} is too short ({len(raw)} characters); use at least {MIN_SECRET} random "
+                              f"characters, e.g. from {MAKE_SECRET}")
         return raw
     return parse
 
@@ -237,6 +250,13 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "lost_dispatch_seconds": ("LOST_DISPATCH_SECONDS", _float("LOST_DISPATCH_SECONDS", 0.1, 86_400)),
         "media_retention_days": ("MEDIA_RETENTION_DAYS", _int("MEDIA_RETENTION_DAYS", 1, 36_500)),
         "demo_mode": ("DEMO_MODE", _bool("DEMO_MODE")),
+        "session_idle_seconds": ("SESSION_IDLE_SECONDS", _float("SESSION_IDLE_SECONDS", 10, 30 * 86_400)),
+        "session_max_seconds": ("SESSION_MAX_SECONDS", _float("SESSION_MAX_SECONDS", 10, 90 * 86_400)),
+        "trusted_proxies": ("TRUSTED_PROXIES", _int("TRUSTED_PROXIES", 0, 5)),
+        "media_url_ttl_seconds": ("MEDIA_URL_TTL_SECONDS", _int("MEDIA_URL_TTL_SECONDS", 60, 30 * 86_400)),
+        "metrics_token": ("METRICS_TOKEN", _secret("METRICS_TOKEN")),
+        "key_max_pending_tasks": ("KEY_MAX_PENDING_TASKS", _int("KEY_MAX_PENDING_TASKS", 1, 100_000_000)),
+        "key_saves_per_minute": ("KEY_SAVES_PER_MINUTE", _int("KEY_SAVES_PER_MINUTE", 1, 1_000_000)),
         "lab_api_key": ("LAB_API_KEY", _secret("LAB_API_KEY")),
         "content_budget": ("CONTENT_BUDGET", _float("CONTENT_BUDGET", 0, 1e9)),
         "budget_recheck_seconds": ("BUDGET_RECHECK_SECONDS", _float("BUDGET_RECHECK_SECONDS", 0.1, 86_400)),

@@ -1,7 +1,7 @@
 """Saving content: one short transaction that admits, snapshots, plans tasks, queues
 the runnable ones and supersedes older versions' unfinished work. Also cancel.
 
-Nothing is written when a save is refused (stale base, capacity, bad input).
+Nothing is written when a save is refused (stale base, capacity, a key's own limits, bad input).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 
 from pipeline import db
 from pipeline.content import Draft, ProviderInfo, plan_tasks, stamped
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
 
 
@@ -50,19 +50,26 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
 
 
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
-         base_version: int | None = None, save_key: str | None = None) -> Saved:
-    """Create a content item (content_id None) or its next version on top of `base_version`."""
+         base_version: int | None = None, save_key: str | None = None, key_id: int | None = None) -> Saved:
+    """Create a content item (content_id None) or its next version on top of `base_version`.
+
+    `key_id`: the API key saving (0 for the demo door); its own limits apply (KeyLimitReached).
+    """
     request_digest = draft.digest if content_id is None else f"{content_id}:{base_version}:{draft.digest}"
     plan = plan_tasks(draft, provider_info(cfg))
     if len(plan) > cfg.max_pending_tasks:
         raise InvalidInput(f"this content needs {len(plan)} tasks but at most {cfg.max_pending_tasks} can be "
                            "pending (MAX_PENDING_TASKS); split it", field="blocks")
+    if key_id is not None and len(plan) > cfg.key_max_pending_tasks:
+        raise InvalidInput(f"this content needs {len(plan)} tasks but one key may hold at most "
+                           f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
     try:
         with conn.transaction():
             earlier = _earlier_save(conn, save_key, request_digest)
             if earlier:
                 return earlier
-            return _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest)
+            return _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
+                             key_id)
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
@@ -72,7 +79,8 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
         return earlier
 
 
-def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest) -> Saved:
+def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
+              key_id=None) -> Saved:
     fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
     if content_id is None:
         row = db.one(conn, "contents_insert", fields)
@@ -90,10 +98,12 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     version = db.one(conn, "versions_insert", {
         **fields, "content_id": content_id, "version": number, "blocks": Jsonb([b.as_dict() for b in draft.blocks]),
         "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
-        "save_key": save_key, "save_digest": request_digest if save_key else None})
+        "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id})
     superseded = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": number, "actor": actor,
                                                         "reason": f"superseded by version {number}"})
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
+    if key_id is not None:
+        _admit_key(conn, cfg, key_id)
     _admit(conn, cfg, len(plan))
     return Saved(content_id, number, created=True, outbox_ids=tuple(outbox), superseded=len(superseded))
 
@@ -126,6 +136,23 @@ def _admit(conn: psycopg.Connection, cfg: Settings, adding: int) -> None:
         excess = pending - cfg.max_pending_tasks
         raise CapacityExceeded(f"{pending - adding} tasks are pending and this save adds {adding}; the limit is "
                                f"{cfg.max_pending_tasks}", retry_after=_retry_after(conn, excess))
+
+
+def _admit_key(conn: psycopg.Connection, cfg: Settings, key_id: int) -> None:
+    """One key's own limits, before the shared admission: its pending tasks and its saves per minute.
+
+    A per-key lock serialises only this key's saves; its count sees this save's own rows.
+    """
+    db.execute(conn, "admission_key_lock", {"key_id": key_id})
+    usage = db.one(conn, "admission_key_usage", {"key_id": key_id})
+    if usage["saves"] > cfg.key_saves_per_minute:
+        raise KeyLimitReached(f"this key made {cfg.key_saves_per_minute} saves in the last minute, its limit "
+                              "(KEY_SAVES_PER_MINUTE)", retry_after=max(1, min(60, usage["window_left"] or 60)))
+    if usage["pending"] > cfg.key_max_pending_tasks:
+        excess = usage["pending"] - cfg.key_max_pending_tasks
+        raise KeyLimitReached(f"this key's saves hold {usage['pending']} pending tasks with this one; its limit is "
+                              f"{cfg.key_max_pending_tasks} (KEY_MAX_PENDING_TASKS)",
+                              retry_after=_retry_after(conn, excess))
 
 
 def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> int:

@@ -1,7 +1,8 @@
 """The Flask app: editors' UI and JSON API. Views parse input, call `pipeline`, render.
 
 `create_app(test_config=None)` builds an app from `pipeline.settings.load()`;
-tests pass a mapping of environment-style overrides instead.
+tests pass a mapping of environment-style overrides instead. There is no default
+secret: without a SECRET_KEY of at least 32 characters the app refuses to start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
 from pipeline import settings as settings_mod
+from pipeline.errors import ConfigError
 
 
 class JSONProvider(DefaultJSONProvider):
@@ -36,13 +38,18 @@ class JSONProvider(DefaultJSONProvider):
 
 def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     cfg = settings_mod.load(test_config)
+    if not cfg.secret_key:
+        raise ConfigError("SECRET_KEY is not set: the web app signs media links and sign-in forms with it and "
+                          f"will not start without one of at least {settings_mod.MIN_SECRET} random characters; "
+                          f"make one with {settings_mod.MAKE_SECRET} and keep it secret (bin/dev keeps its own "
+                          "in .data/secret-key)")
     app = Flask(__name__)
     app.json = JSONProvider(app)
     app.config["SETTINGS"] = cfg
-    app.config.update(SECRET_KEY=cfg.secret_key, SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
-                      SESSION_COOKIE_NAME="mediapipe_session")
-    from web import api, db, errors, health, inputs, media, metrics, openapi, present, ui
+    from web import api, db, errors, health, inputs, media, metrics, openapi, present, security, sessions, ui
     from web import api_tasks, ui_actions  # noqa: F401 - their views join the api and ui blueprints
+    security.init_app(app, cfg.trusted_proxies)
+    sessions.init_app(app)
     db.init_app(app)
     inputs.init_app(app)
     errors.init_app(app)

@@ -13,6 +13,7 @@ from pipeline.versions import Saved
 from web import inputs
 from web.auth import require
 from web.db import get_conn, get_redis, settings
+from web.media import sign_delivery
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
@@ -55,7 +56,7 @@ def _save(content_id: int | None) -> Response:
     base = inputs.base_version(body) if content_id is not None else None
     draft = parse_draft(body)
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
-                          base_version=base, save_key=key)
+                          base_version=base, save_key=key, key_id=g.principal.key_id)
     send_fast(saved.outbox_ids)
     return accepted(saved)
 
@@ -121,12 +122,8 @@ def cancel_version(content_id: int, version: int):
 
 
 def delivery_doc(content_id: int) -> dict:
-    doc = review.delivery(get_conn(), content_id)
-    for block in doc["blocks"]:
-        for label in ("image", "audio"):
-            block[label]["url"] = media_url(block[label]["sha256"])
-    doc["bundle"]["url"] = media_url(doc["bundle"]["sha256"])
-    return doc
+    """The approved version's manifest; its media links are signed and expire (web.media)."""
+    return sign_delivery(review.delivery(get_conn(), content_id))
 
 
 @bp.get("/contents/<id:content_id>/delivery")

@@ -61,6 +61,7 @@ def create_job():
     if not cfg.demo_mode:
         raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
     theme, scenario, locale = demo.parse_job(inputs.json_body())
-    saved = demo.start_job(get_conn(), cfg, theme, scenario, locale=locale, actor=g.principal.owner)
+    saved = demo.start_job(get_conn(), cfg, theme, scenario, locale=locale, actor=g.principal.owner,
+                           key_id=g.principal.key_id)
     send_fast(saved.outbox_ids)
     return accepted(saved, theme=theme, scenario=scenario)

@@ -1,26 +1,28 @@
-"""Who is calling, and may they: API keys for /api/, a signed session for the UI, CSRF for forms.
+"""Who is calling, and may they: API keys for /api/, a server-side session for the UI, CSRF for forms.
 
 API calls carry `X-API-Key`: 401 when it is missing, unknown or revoked; 403 when the
 key's role lacks the permission (pipeline.keys.PERMISSIONS). The UI signs in once with
-a key; the session cookie (signed, HttpOnly, SameSite=Lax) keeps only the key's id,
-re-checked on every request so revoking a key signs its sessions out. Every UI form
-carries the session's CSRF token; a POST without the right one is refused with 400.
+a key; the session lives in the database (web.sessions) and its cookie holds only a
+random token, so sign-out, revocation and the session timeouts end it for good. Every
+UI form carries the session's CSRF token (before sign-in, one bound to a cookie nonce);
+a POST without the right one is refused with 400.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 from functools import wraps
 from typing import Callable
 
-from flask import abort, g, request, session
+from flask import abort, g, request
 
 from pipeline import keys
 from pipeline.keys import Principal
+from web import sessions
 from web.db import get_conn, settings
 from web.errors import Problem
+from web.security import direct_loopback
 
 HEADER = "X-API-Key"
 
@@ -32,12 +34,13 @@ def _forbidden(principal: Principal, permission: str) -> Problem:
 
 
 # Demo mode only: the seed call of the README works from the machine itself without a key.
-DEMO_PRINCIPAL = Principal(key_id=0, owner="demo (no key, loopback)", role="editor", key_prefix="-")
+DEMO_PRINCIPAL = Principal(key_id=0, owner="demo (no key, loopback)", role="editor")
 
 
 def _loopback_demo() -> bool:
-    address = ipaddress.ip_address(request.remote_addr or "0.0.0.0")
-    return settings().demo_mode and address.is_loopback and not request.headers.get("X-Forwarded-For")
+    """The keyless demo door: demo mode, a JSON body (a cross-site page cannot send one without a
+    CORS preflight we never grant), and a direct call from this machine (web.security.direct_loopback)."""
+    return settings().demo_mode and request.mimetype == "application/json" and direct_loopback()
 
 
 def api_principal(permission: str, *, demo_without_key: bool = False) -> Principal:
@@ -45,7 +48,10 @@ def api_principal(permission: str, *, demo_without_key: bool = False) -> Princip
     if not token and demo_without_key and _loopback_demo():
         return DEMO_PRINCIPAL
     if not token:
-        raise Problem(401, "unauthorized", f"send your API key in the {HEADER} header; `bin/keys create` makes one")
+        door = (" (the keyless demo door opens only for a JSON body sent directly from this machine: loopback "
+                "address and Host, no proxy headers)") if demo_without_key and settings().demo_mode else ""
+        raise Problem(401, "unauthorized", f"send your API key in the {HEADER} header; `bin/keys create` makes one"
+                      + door)
     principal = keys.authenticate(get_conn(), token)
     if principal is None:
         raise Problem(401, "unauthorized", "this API key is unknown or revoked; ask an admin for a new one")
@@ -57,8 +63,8 @@ def api_principal(permission: str, *, demo_without_key: bool = False) -> Princip
 def require(permission: str, *, demo_without_key: bool = False) -> Callable:
     """Decorate an API view: the caller's key must grant `permission`; the view finds it in g.principal.
 
-    `demo_without_key`: in demo mode, a keyless call from the loopback address acts as an editor
-    named "demo (no key, loopback)" (demo jobs only; DEMO_MODE is off unless set).
+    `demo_without_key`: in demo mode, a keyless JSON call made directly from this machine acts as
+    an editor named "demo (no key, loopback)" (demo jobs only; DEMO_MODE is off unless set).
     """
     def decorate(view: Callable) -> Callable:
         @wraps(view)
@@ -73,35 +79,32 @@ def require(permission: str, *, demo_without_key: bool = False) -> Callable:
 # -- UI session -------------------------------------------------------------------------------
 
 def sign_in(principal: Principal) -> None:
-    session.clear()
-    session["key_id"] = principal.key_id
-    session["csrf"] = secrets.token_urlsafe(32)
+    sessions.start(principal)
 
 
 def sign_out() -> None:
-    session.clear()
+    sessions.end()
 
 
 def session_principal() -> Principal | None:
-    key_id = session.get("key_id")
-    if not isinstance(key_id, int):
-        return None
-    principal = keys.by_id(get_conn(), key_id)
-    if principal is None:
-        session.clear()
-    return principal
+    """The key of this request's live UI session, or None (no cookie, ended, expired, key revoked)."""
+    return sessions.current().principal
 
 
 def csrf_token() -> str:
-    token = session.get("csrf")
+    sess = sessions.current()
+    if sess.principal is None:
+        return sessions.signin_csrf(create=True)
+    token = sess.get("csrf")
     if not token:
-        token = session["csrf"] = secrets.token_urlsafe(32)
+        token = sess["csrf"] = secrets.token_urlsafe(32)
     return token
 
 
 def check_csrf() -> None:
     """Refuse a state-changing UI request whose form token does not match the session's."""
     sent = request.form.get("csrf_token", "")
-    expected = session.get("csrf", "")
-    if not expected or not hmac.compare_digest(str(sent), str(expected)):
+    sess = sessions.current()
+    expected = sess.get("csrf", "") if sess.principal else sessions.signin_csrf(create=False)
+    if not expected or not hmac.compare_digest(str(sent).encode(), str(expected).encode()):
         abort(400, description="the form's security token is missing or stale; reload the page and try again")

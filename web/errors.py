@@ -2,7 +2,8 @@
 
 Domain errors map to status codes here and nowhere else: InvalidInput -> 422 naming
 the field, NotFound -> 404, Conflict -> 409 (an Idempotency-Key reused for another
-body -> 422), CapacityExceeded -> 503 with Retry-After, PostgreSQL away -> 503.
+body -> 422), KeyLimitReached -> 429 and CapacityExceeded -> 503, both with Retry-After,
+PostgreSQL away -> 503.
 Anything unexpected is logged and answered 500 without internals.
 """
 
@@ -14,7 +15,7 @@ import psycopg
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound, StaleTransition
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound, StaleTransition
 from pipeline.log import log
 
 
@@ -29,7 +30,8 @@ class Problem(Exception):
 
 
 def is_api() -> bool:
-    return request.path.startswith("/api/")
+    """Answers for programs (JSON errors): the API, media and metrics; the rest are pages."""
+    return request.path.startswith(("/api/", "/media/")) or request.path == "/metrics"
 
 
 def answer(status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
@@ -60,6 +62,11 @@ def _capacity(exc: CapacityExceeded) -> Response:
                   headers={"Retry-After": str(exc.retry_after)})
 
 
+def _key_limit(exc: KeyLimitReached) -> Response:
+    return answer(429, "key_limit_reached", f"{exc}; nothing was saved, retry after {exc.retry_after} s",
+                  headers={"Retry-After": str(exc.retry_after)})
+
+
 def _database(exc: psycopg.OperationalError) -> Response:
     log("database_unavailable", path=request.path, error=exc.__class__.__name__)
     return answer(503, "database_unavailable", "the database is unreachable; retry shortly",
@@ -84,6 +91,7 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(Conflict, _conflict)
     app.register_error_handler(StaleTransition, lambda e: answer(409, "stale_transition", str(e)))
     app.register_error_handler(CapacityExceeded, _capacity)
+    app.register_error_handler(KeyLimitReached, _key_limit)
     app.register_error_handler(psycopg.OperationalError, _database)
     app.register_error_handler(HTTPException, _http)
     app.register_error_handler(Exception, _unexpected)

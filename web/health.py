@@ -1,4 +1,8 @@
-"""Liveness and readiness: /healthz says the process answers, /readyz checks its dependencies."""
+"""Liveness and readiness: /healthz says the process answers, /readyz checks its dependencies.
+
+/readyz uses the request's PostgreSQL connection and the app's Redis pool (web.db), not new
+connections of its own on every hit; the migration files are read once per process.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import redis
 from flask import Blueprint, Flask, current_app, jsonify
 
 from pipeline import migrations
-from pipeline.db import connect
+from web.db import get_conn, get_redis
 
 bp = Blueprint("health", __name__)
 
@@ -21,12 +25,18 @@ def healthz():
     return jsonify(status="ok")
 
 
+def _migration_files() -> list[migrations.Migration]:
+    files = current_app.extensions.get("migration_files")
+    if files is None:
+        files = current_app.extensions["migration_files"] = migrations.discover()
+    return files
+
+
 def _check_postgres(url: str | None) -> str | None:
     if not url:
         return "DATABASE_URL is not set"
     try:
-        with connect(url) as conn:
-            todo = migrations.pending(conn)
+        todo = migrations.pending(get_conn(), _migration_files())
     except psycopg.Error as exc:
         return f"PostgreSQL unreachable: {exc.__class__.__name__}"
     except migrations.MigrationError as exc:
@@ -40,7 +50,7 @@ def _check_redis(url: str | None) -> str | None:
     if not url:
         return "REDIS_URL is not set"
     try:
-        redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2).ping()
+        get_redis().ping()
     except redis.RedisError as exc:
         return f"Redis unreachable: {exc.__class__.__name__}"
     return None

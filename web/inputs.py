@@ -1,7 +1,9 @@
 """Reading requests: JSON bodies, headers and path ids, with errors that name what to fix.
 
 Path ids are matched by converters that only accept numbers the database columns can
-hold, so an absurd id is a 404, never a database error.
+hold, so an absurd id is a 404, never a database error. JSON nested deeper than
+MAX_JSON_DEPTH (a content body needs 3 levels) is a 400, whatever the depth: the parser's
+own recursion limit is caught too, so 100,000 opening brackets never reach a 500.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from web.errors import Problem
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_BODY_BYTES = 1024 * 1024
+MAX_JSON_DEPTH = 32
+_TOO_DEEP = f"the JSON body is nested too deeply; at most {MAX_JSON_DEPTH} levels of arrays and objects are accepted"
 
 
 class IdConverter(BaseConverter):
@@ -50,11 +54,29 @@ def json_body(*, required: bool = True) -> Any:
         if required:
             raise Problem(400, "invalid_json", "send a JSON object body with Content-Type: application/json")
         return {}
-    body = request.get_json(force=True, silent=True)
+    try:
+        body = request.get_json(force=True, silent=True)
+    except RecursionError:
+        raise Problem(400, "json_too_deep", _TOO_DEEP) from None
     if body is None:
         raise Problem(400, "invalid_json", "the body is not valid JSON (UTF-8); check quotes and commas")
+    if depth(body) > MAX_JSON_DEPTH:
+        raise Problem(400, "json_too_deep", _TOO_DEEP)
     check_storable(body)
     return body
+
+
+def depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (a scalar is 0); no recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                return level
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _unstorable(text: str) -> bool:

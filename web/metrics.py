@@ -1,23 +1,33 @@
 """`GET /metrics`: Prometheus text, with every number read from PostgreSQL at scrape time.
 
 Counting in process memory would give each gunicorn worker its own story; reading the
-database makes every process (and every replica) report the same truth.
+database makes every process (and every replica) report the same truth. Each read is
+bounded (pipeline.overview.gauges): counters kept by triggers, partial indexes.
+
+Who may scrape: with METRICS_TOKEN set, a request carrying `Authorization: Bearer
+<METRICS_TOKEN>` (401 otherwise); without it, only a direct call from this machine
+(web.security.direct_loopback: loopback peer and Host, no proxy headers), 403 otherwise.
 """
 
 from __future__ import annotations
 
+import hmac
 from typing import Iterator
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pipeline import overview
 from pipeline.states import TaskKind, TaskStatus
-from web.db import get_conn
+from web.db import get_conn, settings
+from web.errors import Problem
+from web.security import direct_loopback
 
 bp = Blueprint("metrics", __name__)
 
+# Finished tasks (succeeded, superseded, cancelled) are history: counting them would scan it.
+GAUGED_STATUSES = (TaskStatus.READY, TaskStatus.RUNNING, TaskStatus.RETRY, TaskStatus.UNKNOWN, TaskStatus.FAILED)
 SNAPSHOT_GAUGES = {
     "oldest_ready_seconds": ("mediapipe_oldest_ready_task_age_seconds",
                              "Age of the oldest task that is due and runnable but not yet claimed"),
@@ -43,9 +53,10 @@ class DatabaseCollector:
         self.reading = reading
 
     def collect(self) -> Iterator[Metric]:
-        tasks = GaugeMetricFamily("mediapipe_tasks", "Tasks by status and kind", labels=["status", "kind"])
+        tasks = GaugeMetricFamily("mediapipe_tasks", "Tasks that need a worker or a person, by status and kind",
+                                  labels=["status", "kind"])
         counts = {(r["status"], r["kind"]): r["n"] for r in self.reading["tasks"]}
-        for status in TaskStatus:
+        for status in GAUGED_STATUSES:
             for kind in TaskKind:  # zeros too, so a series never vanishes when its last task moves on
                 tasks.add_metric([status.value, kind.value], counts.get((status.value, kind.value), 0))
         yield tasks
@@ -67,8 +78,21 @@ class DatabaseCollector:
         yield cost
 
 
+def _may_scrape() -> None:
+    token = settings().metrics_token
+    if token:
+        scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), token.encode()):
+            raise Problem(401, "unauthorized", "send Authorization: Bearer <METRICS_TOKEN>",
+                          headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+    elif not direct_loopback():
+        raise Problem(403, "forbidden", "without METRICS_TOKEN, /metrics answers only direct calls from this "
+                                        "machine; set METRICS_TOKEN to scrape it from elsewhere")
+
+
 @bp.get("/metrics")
 def metrics() -> Response:
+    _may_scrape()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector(overview.gauges(get_conn())))
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST,

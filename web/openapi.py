@@ -14,11 +14,13 @@ from pipeline.demo import SCENARIOS, themes
 bp = Blueprint("openapi", __name__)
 
 JSON = "application/json"
-ERROR_TEXT = {400: "Malformed request (e.g. invalid JSON)", 401: "Missing, unknown or revoked X-API-Key",
+ERROR_TEXT = {400: "Malformed request (invalid JSON, or JSON nested more than 32 levels)",
+              401: "Missing, unknown or revoked X-API-Key",
               403: "The key's role does not allow this", 404: "No such resource",
               409: "The current state forbids this; `error.code` says why",
               413: "Body larger than 1 MiB", 415: "Unsupported media type",
               422: "Invalid input; `error.field` names the part to fix",
+              429: "This key's own limit (pending tasks, saves per minute); nothing was saved; see Retry-After",
               503: "Over capacity or database unavailable; see Retry-After"}
 
 
@@ -36,7 +38,7 @@ def body(schema: dict, text: str = "OK", headers: dict | None = None) -> dict:
 def errors(*codes: int) -> dict:
     found = {}
     for code in codes:
-        headers = {"Retry-After": {"schema": {"type": "integer"}}} if code == 503 else None
+        headers = {"Retry-After": {"schema": {"type": "integer"}}} if code in (429, 503) else None
         found[str(code)] = body(ref("Error"), ERROR_TEXT[code], headers)
     return found
 
@@ -125,7 +127,9 @@ SCHEMAS = {
     "Resolved": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"}}},
     "Delivery": {"type": "object", "properties": {
         "content_id": {"type": "integer"}, "version": {"type": "integer"}, "title": {"type": "string"},
-        "blocks": {"type": "array", "items": OBJECT}, "bundle": OBJECT}},
+        "blocks": {"type": "array", "items": OBJECT}, "bundle": OBJECT,
+        "urls_expire_at": {"type": "string", "format": "date-time",
+                           "description": "when the signed media links of this manifest stop working"}}},
     "JobInput": {"type": "object", "required": ["theme"], "properties": {
         "theme": {"enum": themes(), "description": "a built-in lesson, by its Chinese or English name"},
         "scenario": {"enum": list(SCENARIOS)},
@@ -139,12 +143,12 @@ def paths() -> dict:
     return {
         "/api/contents": {
             "get": op("List content items with progress", {"200": body(ref("ContentList"))}),
-            "post": op("Create a content item (version 1)", {**accepted, **errors(400, 413, 422, 503)},
+            "post": op("Create a content item (version 1)", {**accepted, **errors(400, 413, 422, 429, 503)},
                        request=ref("ContentInput"), params=[IDEMPOTENCY])},
         "/api/contents/{content_id}": {
             "get": op("A content item and its versions", {"200": body(ref("Content")), **errors(404)}, params=content),
             "put": op("Save a new version on top of base_version",
-                      {**accepted, **errors(400, 404, 409, 413, 422, 503)}, request=ref("ContentUpdate"),
+                      {**accepted, **errors(400, 404, 409, 413, 422, 429, 503)}, request=ref("ContentUpdate"),
                       params=[CONTENT, IDEMPOTENCY])},
         "/api/contents/{content_id}/versions/{version}": {
             "get": op("A version: tasks, events, progress, spend", {"200": body(ref("Version")), **errors(404)},
@@ -170,15 +174,26 @@ def paths() -> dict:
                        params=task, tag="tasks", request=ref("ResolveInput"))},
         "/api/jobs": {
             "post": op("Demo mode: a built-in lesson with an armed fault scenario",
-                       {**accepted, **errors(400, 404, 409, 422, 503)}, request=ref("JobInput"), tag="demo")},
+                       {**accepted, **errors(400, 404, 409, 422, 429, 503)}, request=ref("JobInput"), tag="demo")},
         "/api/openapi.json": {"get": op("This document", {"200": body(OBJECT)}, auth=False, tag="meta")},
-        "/media/{sha256}": {"get": op("A stored asset by its sha256 (immutable, long cache)", {
-            "200": {"description": "The asset bytes with their media type"}, "404": {"description": "No such asset"}},
-            auth=False, tag="media", params=[{"name": "sha256", "in": "path", "required": True,
-                                              "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}])},
-        "/metrics": {"get": op("Prometheus metrics read from PostgreSQL", {"200": {
-            "description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}},
-            auth=False, tag="meta")},
+        "/media/{sha256}": {"get": {**op(
+            "A stored asset by its sha256: with an API key (or a signed-in session, Cache-Control: private), "
+            "or with the signed, expiring link of a delivery manifest (no key; public cache until it expires)", {
+                "200": {"description": "The asset bytes with their media type"},
+                "403": body(ref("Error"), "The key may not read, or the signed link is invalid or expired"),
+                "404": body(ref("Error"), "No such asset")},
+            tag="media", params=[{"name": "sha256", "in": "path", "required": True,
+                                  "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+                                 {"name": "expires", "in": "query", "required": False,
+                                  "schema": {"type": "string", "pattern": "^[0-9]{1,12}$"}},
+                                 {"name": "signature", "in": "query", "required": False,
+                                  "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}]),
+            "security": [{"apiKey": []}, {}]}},
+        "/metrics": {"get": {**op("Prometheus metrics read from PostgreSQL", {"200": {
+            "description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
+            "401": body(ref("Error"), "METRICS_TOKEN is set and the bearer token is missing or wrong"),
+            "403": body(ref("Error"), "No METRICS_TOKEN and the call is not a direct one from this machine")},
+            auth=False, tag="meta"), "security": [{"metricsToken": []}, {}]}},
         "/healthz": {"get": op("Liveness", {"200": body(OBJECT)}, auth=False, tag="meta")},
         "/readyz": {"get": op("Readiness of PostgreSQL, Redis and the schema",
                               {"200": body(OBJECT), "503": body(OBJECT, "Not ready")}, auth=False, tag="meta")},
@@ -193,7 +208,8 @@ def document() -> dict:
                                     "{\"error\": {\"code\", \"message\"}}."},
             "paths": paths(),
             "components": {"schemas": SCHEMAS,
-                           "securitySchemes": {"apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}}}
+                           "securitySchemes": {"apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+                                               "metricsToken": {"type": "http", "scheme": "bearer"}}}}
 
 
 @bp.get("/api/openapi.json")

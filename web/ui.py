@@ -1,8 +1,10 @@
 """The editors' pages: sign in, contents list, editor, version board, task timeline, delivery.
 
-Server-rendered; the only script polls the board while work runs and helps edit blocks.
-Every page needs a signed-in key (the session keeps its id); every POST carries the
+Server-rendered; the only script (a static file: the Content-Security-Policy allows no
+inline script or style) polls the board while work runs and helps edit blocks. Every
+page needs a signed-in key (a server-side session, web.sessions); every POST carries the
 session's CSRF token (checked before any view runs). State changes live in web.ui_actions.
+The delivery page shows the same signed, expiring media links as the API's manifest.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pipeline.errors import Conflict
 from receipts.calls import ReceiptBook
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings
+from web.media import sign_delivery
 
 bp = Blueprint("ui", __name__)
 PUBLIC = {"ui.signin", "ui.signin_post"}
@@ -23,9 +26,9 @@ PUBLIC = {"ui.signin", "ui.signin_post"}
 
 @bp.before_request
 def guard() -> Response | None:
+    g.user = session_principal()
     if request.method == "POST":
         check_csrf()
-    g.user = session_principal()
     if g.user is None and request.endpoint not in PUBLIC:
         return redirect(url_for("ui.signin", next=request.full_path.rstrip("?") if request.method == "GET" else None))
     return None
@@ -126,7 +129,7 @@ def task(task_id: int):
 def delivery(content_id: int):
     head = overview.content(get_conn(), content_id)
     try:
-        manifest, blockers = review.delivery(get_conn(), content_id), None
+        manifest, blockers = sign_delivery(review.delivery(get_conn(), content_id)), None
     except Conflict as exc:
         if exc.code != "not_deliverable":
             raise

@@ -12,7 +12,7 @@ from werkzeug.datastructures import MultiDict
 
 from pipeline import demo, overview, review, versions
 from pipeline.content import LIMITS, parse_draft
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from web.api import send_fast
 from web.db import get_conn, settings
 from web.inputs import check_storable
@@ -64,9 +64,10 @@ def _save(content_id: int | None):
     try:
         check_storable(body)
         saved = versions.save(get_conn(), parse_draft(body), settings(), actor=g.user.owner,
-                              content_id=content_id, base_version=base)
-    except (InvalidInput, Conflict, CapacityExceeded) as exc:
-        status = 422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict) else 503
+                              content_id=content_id, base_version=base, key_id=g.user.key_id)
+    except (InvalidInput, Conflict, CapacityExceeded, KeyLimitReached) as exc:
+        status = (422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict)
+                  else 429 if isinstance(exc, KeyLimitReached) else 503)
         field = getattr(exc, "field", None)
         return render_template("editor.html", form={**body, "base_version": base}, content=content,
                                limits=LIMITS, error=str(exc), field=field), status
@@ -153,7 +154,7 @@ def demo_job():
         raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
     theme, scenario, _ = demo.parse_job({"theme": request.form.get("theme", ""),
                                          "scenario": request.form.get("scenario") or None})
-    saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner)
+    saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner, key_id=g.user.key_id)
     send_fast(saved.outbox_ids)
     flash(f"Demo lesson {theme!r} created" + (f" with the {scenario} scenario armed." if scenario else "."), "ok")
     return redirect(url_for("ui.board", content_id=saved.content_id, version=saved.version), code=303)

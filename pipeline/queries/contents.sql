@@ -4,6 +4,18 @@ SELECT pg_advisory_xact_lock(7411002);
 -- admission_pending: tasks that still need a worker (served by the partial index tasks_unfinished)
 SELECT count(*) AS pending FROM tasks WHERE status IN ('ready', 'running', 'retry');
 
+-- admission_key_lock: serialise one key's saves so its own limits cannot be raced past (other keys never wait)
+SELECT pg_advisory_xact_lock(7411005, (%(key_id)s::bigint %% 2147483647)::integer);
+
+-- admission_key_usage: a key's pending tasks, and its saves of the last minute (both served by partial indexes)
+SELECT
+    (SELECT count(*) FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+     WHERE t.status IN ('ready', 'running', 'retry') AND v.saved_by_key = %(key_id)s) AS pending,
+    (SELECT count(*) FROM versions WHERE saved_by_key = %(key_id)s AND saved_at > now() - interval '1 minute')
+        AS saves,
+    (SELECT ceil(60 - extract(epoch FROM now() - min(saved_at))) FROM versions
+     WHERE saved_by_key = %(key_id)s AND saved_at > now() - interval '1 minute')::integer AS window_left;
+
 -- admission_recent_rate: tasks finished in the last minute, to estimate when capacity frees up
 SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
@@ -30,9 +42,9 @@ SELECT * FROM contents ORDER BY id DESC LIMIT %(limit)s;
 
 -- versions_insert: the immutable snapshot of a save
 INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
-                      save_key, save_digest)
+                      save_key, save_digest, saved_by_key)
 VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
-        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s)
+        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s)
 RETURNING *;
 
 -- versions_get: one version

@@ -1,20 +1,20 @@
 -- api_keys_insert: a new key; only its sha256 is stored, the token itself is shown once
-INSERT INTO api_keys (owner, role, key_prefix, key_hash)
-VALUES (%(owner)s, %(role)s, %(key_prefix)s, %(key_hash)s)
-RETURNING id, owner, role, key_prefix, created_at, revoked_at;
+INSERT INTO api_keys (owner, role, key_hash)
+VALUES (%(owner)s, %(role)s, %(key_hash)s)
+RETURNING id, owner, role, created_at, revoked_at;
 
 -- api_keys_by_hash: the live key with this hash (a revoked key authenticates nobody)
-SELECT id, owner, role, key_prefix FROM api_keys WHERE key_hash = %(key_hash)s AND revoked_at IS NULL;
+SELECT id, owner, role FROM api_keys WHERE key_hash = %(key_hash)s AND revoked_at IS NULL;
 
 -- api_keys_get_live: a live key by id (sessions re-check it on every request, so revoking signs out)
-SELECT id, owner, role, key_prefix FROM api_keys WHERE id = %(key_id)s AND revoked_at IS NULL;
+SELECT id, owner, role FROM api_keys WHERE id = %(key_id)s AND revoked_at IS NULL;
 
 -- api_keys_list: every key, newest first, without hashes
-SELECT id, owner, role, key_prefix, created_at, revoked_at FROM api_keys ORDER BY id DESC;
+SELECT id, owner, role, created_at, revoked_at FROM api_keys ORDER BY id DESC;
 
 -- api_keys_revoke: revoke a live key; zero rows when it is unknown or already revoked
 UPDATE api_keys SET revoked_at = now() WHERE id = %(key_id)s AND revoked_at IS NULL
-RETURNING id, owner, role, key_prefix, created_at, revoked_at;
+RETURNING id, owner, role, created_at, revoked_at;
 
 -- api_keys_live_admins: how many admin keys can still sign in
 SELECT count(*) AS n FROM api_keys WHERE role = 'admin' AND revoked_at IS NULL;

@@ -1,8 +1,12 @@
--- metrics_tasks_by_status: task counts by status and kind
-SELECT status::text AS status, kind::text AS kind, count(*) AS n FROM tasks GROUP BY 1, 2;
+-- metrics_tasks_by_status: tasks that still need a worker or a person, by status and kind; the partial
+-- indexes tasks_unfinished and tasks_failed serve it, so finished history is never scanned
+SELECT status::text AS status, kind::text AS kind, count(*) AS n FROM tasks
+WHERE status IN ('ready', 'running', 'retry', 'unknown') GROUP BY 1, 2
+UNION ALL
+SELECT 'failed', kind::text, count(*) FROM tasks WHERE status = 'failed' GROUP BY 2;
 
--- metrics_snapshot: one row of gauges, read at scrape time so every process reports the same numbers
--- (the event counts scan events; fine at scrape intervals, an index on action would be the next step)
+-- metrics_snapshot: one row of gauges, read at scrape time so every process reports the same numbers; each
+-- part is bounded (partial indexes, the newest reconcile run by id, counters kept by triggers), none scans history
 SELECT
     (SELECT extract(epoch FROM now() - min(t.available_at)) FROM tasks t
      WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
@@ -13,12 +17,27 @@ SELECT
         AS outbox_oldest_seconds,
     (SELECT count(*) FROM tasks WHERE status = 'running' AND lease_until < now()) AS expired_leases,
     (SELECT count(*) FROM tasks WHERE status = 'unknown') AS unknown_tasks,
-    (SELECT count(*) FROM events WHERE to_status = 'retry') AS retries,
-    (SELECT count(*) FROM events WHERE action = 'manual_retry') AS manual_retries,
-    (SELECT count(*) FROM events WHERE action = 'duplicate_risk_accepted') AS duplicate_risk_accepted,
-    (SELECT extract(epoch FROM now() - max(finished_at)) FROM reconcile_runs)::float AS reconcile_age_seconds,
+    (SELECT sum(n) FROM metric_counters WHERE name = 'retries') AS retries,
+    (SELECT sum(n) FROM metric_counters WHERE name = 'manual_retries') AS manual_retries,
+    (SELECT sum(n) FROM metric_counters WHERE name = 'duplicate_risk_accepted') AS duplicate_risk_accepted,
+    (SELECT extract(epoch FROM now() - finished_at) FROM reconcile_runs
+     WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_age_seconds,
     (SELECT extract(epoch FROM finished_at - started_at) FROM reconcile_runs
      WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_duration_seconds;
 
--- metrics_calls_by_outcome: the call ledger summed by provider and outcome
-SELECT provider, outcome, count(*) AS n, coalesce(sum(cost), 0)::float AS cost FROM provider_calls GROUP BY 1, 2;
+-- metrics_calls_by_outcome: the call ledger's counts and costs by provider and outcome, from the counters
+-- its trigger keeps (schema/0002_security.sql), never from the ledger itself
+SELECT provider, outcome, sum(n) AS n, sum(cost)::float AS cost FROM metric_counters
+WHERE name = 'provider_calls' GROUP BY 1, 2;
+
+-- metric_counters_fold: add the rows of database backends that have ended into shard 0, so the counters
+-- stay a few rows per label set (a live backend's rows are left alone: it may be adding to them)
+WITH gone AS (
+    DELETE FROM metric_counters
+    WHERE shard <> 0 AND shard NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
+    RETURNING name, provider, outcome, n, cost
+)
+INSERT INTO metric_counters (name, provider, outcome, shard, n, cost)
+SELECT name, provider, outcome, 0, sum(n), sum(cost) FROM gone GROUP BY 1, 2, 3
+ON CONFLICT (name, provider, outcome, shard)
+DO UPDATE SET n = metric_counters.n + EXCLUDED.n, cost = metric_counters.cost + EXCLUDED.cost;

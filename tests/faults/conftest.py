@@ -19,6 +19,7 @@ def fake():
 @pytest.fixture
 def system(database_url, redis_url, tmp_path, fake):
     env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(tmp_path / "media"),
+           "SECRET_KEY": "test-only-secret-key-0123456789abcdefghij",
            "LEASE_SECONDS": "3", "HEARTBEAT_SECONDS": "0.5", "BACKOFF_BASE_SECONDS": "0.1",
            "BACKOFF_CAP_SECONDS": "0.5", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2",
            "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": fake.base_url, "IMAGE_API_KEY": "sk-test-image",

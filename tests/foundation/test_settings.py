@@ -15,6 +15,14 @@ def test_defaults_need_no_environment():
     ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
     ({"REDIS_URL": "valkey://127.0.0.1:6379"}, "REDIS_URL"),
     ({"SECRET_KEY": "short"}, "SECRET_KEY"),
+    ({"SECRET_KEY": "x" * 31}, "SECRET_KEY is too short"),
+    ({"LAB_API_KEY": "x" * 31}, "LAB_API_KEY is too short"),
+    ({"METRICS_TOKEN": "x" * 31}, "METRICS_TOKEN is too short"),
+    ({"TRUSTED_PROXIES": "6"}, "TRUSTED_PROXIES"),
+    ({"SESSION_IDLE_SECONDS": "1"}, "SESSION_IDLE_SECONDS"),
+    ({"MEDIA_URL_TTL_SECONDS": "0"}, "MEDIA_URL_TTL_SECONDS"),
+    ({"KEY_SAVES_PER_MINUTE": "0"}, "KEY_SAVES_PER_MINUTE"),
+    ({"KEY_MAX_PENDING_TASKS": "-1"}, "KEY_MAX_PENDING_TASKS"),
     ({"MAX_PENDING_TASKS": "0"}, "MAX_PENDING_TASKS"),
     ({"LEASE_SECONDS": "-1"}, "LEASE_SECONDS"),
     ({"IMAGE_PROVIDER": "dalle"}, "IMAGE_PROVIDER"),
@@ -41,8 +49,9 @@ def test_valid_values_are_parsed():
 
 
 def test_secrets_stay_out_of_the_repr():
-    cfg = settings.load({"SECRET_KEY": "s3cr3t-s3cr3t-s3cr3t", "IMAGE_API_KEY": "sk-very-secret"})
-    assert "s3cr3t" not in repr(cfg) and "sk-very-secret" not in repr(cfg)
+    cfg = settings.load({"SECRET_KEY": "s3cr3t-" * 6, "IMAGE_API_KEY": "sk-very-secret", "METRICS_TOKEN": "m3tr1cs-" * 5,
+                         "LAB_API_KEY": "l4b-" * 10})
+    assert all(word not in repr(cfg) for word in ("s3cr3t", "sk-very-secret", "m3tr1cs", "l4b-"))
 
 
 OPENAI = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/v1", "IMAGE_API_KEY": "sk-i",

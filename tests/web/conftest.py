@@ -16,7 +16,8 @@ from receipts.media import MediaStore
 from tests.helpers import ControlledExecutor, lesson, work_burst
 from web import create_app
 
-TEST_ENV = {"SECRET_KEY": "test-secret-key-0123456789", "DEMO_MODE": "true", "LEASE_SECONDS": "5",
+TEST_SECRET = "test-only-secret-key-0123456789abcdefghij"
+TEST_ENV = {"SECRET_KEY": TEST_SECRET, "DEMO_MODE": "true", "LEASE_SECONDS": "5",
             "HEARTBEAT_SECONDS": "1", "BACKOFF_BASE_SECONDS": "0.2", "BACKOFF_CAP_SECONDS": "1",
             "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2"}
 

@@ -65,7 +65,7 @@ def test_delivery_before_approval_is_409_with_reasons(api, work):
     assert delivery(api, created).json["error"]["details"]["reasons"] == ["not_approved"]
 
 
-def test_delivery_after_approval_is_the_manifest_with_urls(api, work):
+def test_delivery_after_approval_is_the_manifest_with_signed_urls(api, work):
     created = api.create(2)
     work.until_idle()
     approve(api, created)
@@ -75,8 +75,10 @@ def test_delivery_after_approval_is_the_manifest_with_urls(api, work):
     assert body["version"] == 1 and [b["key"] for b in body["blocks"]] == ["b1", "b2"]
     for block in body["blocks"]:
         for label in ("image", "audio"):
-            assert block[label]["url"] == f"/media/{block[label]['sha256']}"
-    assert body["bundle"]["url"] == f"/media/{body['bundle']['sha256']}"
+            assert block[label]["url"].startswith(f"/media/{block[label]['sha256']}?expires=")
+    assert body["bundle"]["url"].startswith(f"/media/{body['bundle']['sha256']}?expires=")
+    assert "&signature=" in body["bundle"]["url"] and body["urls_expire_at"]
+    # the consuming app needs no key for them
     assert api.client.get(body["bundle"]["url"]).status_code == 200
 
 

@@ -99,10 +99,22 @@ def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_do
     browser.wait_for("return /^\\/contents\\/\\d+\\/versions\\/1$/.test(location.pathname)", timeout=10,
                      message="the board of version 1 opens")
 
+    # the page runs under its Content-Security-Policy: from here on, anything it is refused is recorded
+    browser.script("window.violations = []; document.addEventListener('securitypolicyviolation', "
+                   "(e) => window.violations.push(e.violatedDirective + ' ' + e.blockedURI))")
+
     # watch it complete: the board refreshes itself every 2 s while work runs
     browser.wait_for("return document.querySelector('.board-state')?.dataset.running === 'false' && "
                      "document.querySelectorAll('.chip[data-status=succeeded]').length === 5",
                      timeout=90, message="every task succeeds")
+    # the stylesheet applied, the script refreshed the board, the policy refused nothing of ours...
+    assert browser.script("return window.violations") == []
+    assert browser.script("return getComputedStyle(document.querySelector('header.top')).display") == "flex"
+    assert browser.script("return document.querySelectorAll('.progress rect.seg').length") >= 1
+    # ...and it is enforced: an inline script is refused
+    assert browser.script("const s = document.createElement('script'); s.textContent = 'window.inlineRan = 1';"
+                          "document.head.appendChild(s); return window.inlineRan === undefined")
+    assert browser.wait_for("return window.violations.length", timeout=5, message="the refusal is reported") == 1
     duration = browser.wait_for(
         "const a = document.querySelector('audio'); a.load && a.readyState === 0 && a.load();"
         "return a.readyState >= 1 && isFinite(a.duration) && a.duration", timeout=20,

@@ -99,8 +99,8 @@ def test_the_seed_job_then_an_edit_shows_the_retry_the_reuse_and_the_new_deliver
     assert first["attempts"] == 2
     assert [e["to_status"] for e in first["events"]] == ["running", "retry", "running", "succeeded"]
     assert all(t["attempts"] == 1 for key, t in tasks.items() if key != ("image", "s1"))
-    assert api.client.get(first["asset_url"]).mimetype == "image/webp"
-    assert api.client.get(tasks[("tts", "s1")]["asset_url"]).mimetype == "audio/wav"
+    assert api.get(first["asset_url"]).mimetype == "image/webp"
+    assert api.get(tasks[("tts", "s1")]["asset_url"]).mimetype == "audio/wav"
     assert api.post(created["status_url"] + "/approve", role="reviewer").status_code == 200
     # when an editor changes one block and saves on top of version 1
     content = api.get(created["content_url"]).json

@@ -32,8 +32,9 @@ def fuzz(operation, headers: dict[str, str]) -> None:
 
 
 def test_no_generated_request_gets_a_server_error(database_url, redis_url, media_dir, tokens):
-    # admission far away, so "over capacity" (a deliberate 503) cannot mask a real 5xx
-    app = make_app(database_url, redis_url, media_dir, MAX_PENDING_TASKS="100000000")
+    # admission and the key's own limits far away, so a deliberate 503 or 429 cannot mask a real 5xx
+    app = make_app(database_url, redis_url, media_dir, MAX_PENDING_TASKS="100000000",
+                   KEY_MAX_PENDING_TASKS="100000000", KEY_SAVES_PER_MINUTE="1000000")
     schema = schemathesis.openapi.from_wsgi("/api/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 15
