@@ -89,7 +89,7 @@ FROM versions WHERE content_id = %(content_id)s ORDER BY version DESC;
 -- tasks_of_version_view: a version's tasks with their asset and whether their input already has an asset
 SELECT t.id, t.kind, t.block_key, t.status, t.attempts, t.max_attempts,
        (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches, t.available_at,
-       t.deadline_at, t.lease_until, t.asset_sha256, t.last_error, t.fingerprint, t.updated_at,
+       t.deadline_at, t.lease_until, t.asset_sha256, t.last_error, t.waiting_for, t.fingerprint, t.updated_at,
        (i.sha256 IS NOT NULL) AS reusable, a.media_type, a.size AS asset_size, a.duration_ms, a.width, a.height,
        dl.reason AS dead_letter
 FROM tasks t
