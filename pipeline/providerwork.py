@@ -183,8 +183,8 @@ class ProviderExecutor:
                                        sha, asset.size, asset.media_type, asset.width, asset.height,
                                        asset.duration_ms, elapsed, now()))
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
-        self._record(ctx, **record, outcome="succeeded", http_status=200, latency_ms=elapsed,
-                     cost=0.0 if replay else settings.cost_per_call)
+        self._record(ctx, **record, outcome="replayed" if replay else "succeeded", http_status=200,
+                     latency_ms=elapsed, cost=0.0 if replay else settings.cost_per_call)
         return asset
 
     @staticmethod

@@ -6,18 +6,19 @@ refund of a booking whose call provably cost nothing. A booking is one guarded U
 per limit (`spend.sql`): racing workers queue on the row and the limit is re-checked
 on the row they get, so no race passes a limit by even one call. A call that would
 pass a limit is not made: `BudgetReached` parks its task without spending an attempt.
+It also reads the spend back for people (`report`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timezone
 
 import psycopg
 
 from pipeline import db
 from pipeline.errors import BudgetReached
-from pipeline.settings import ProviderSettings
+from pipeline.settings import ProviderSettings, Settings
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,45 @@ def refund(conn: psycopg.Connection, booking: Booking) -> None:
         db.execute(conn, "spend_days_refund", {"provider": booking.provider, "day": booking.day,
                                                "cost": booking.cost})
         db.execute(conn, "content_spend_refund", {"content_id": booking.content_id, "cost": booking.cost})
+
+
+def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = None) -> dict:
+    """What was spent: today per provider against its budget, and the ledger (today, or one content's
+    whole history) as calls, reuses and replays, with every duplicate charge and who consented to it."""
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    budgets = {p.name: p.daily for p in _providers(cfg)}
+    booked = {r["provider"]: r for r in db.all(conn, "spend_days_of_today")}
+    providers = [{"provider": name, "spent_today": booked.get(name, {}).get("spent", 0.0),
+                  "calls_today": booked.get(name, {}).get("calls", 0), "daily_budget": limit,
+                  "budget_reached": limit is not None and booked.get(name, {}).get("spent", 0.0) >= limit}
+                 for name, limit in budgets.items()]
+    if content_id is None:
+        ledger = db.all(conn, "provider_calls_summary_since", {"since": today})
+    else:
+        ledger = db.all(conn, "provider_calls_summary_of_content", {"content_id": content_id})
+    since = today if content_id is None else datetime.min.replace(tzinfo=timezone.utc)
+    duplicates = db.all(conn, "provider_calls_duplicates", {"since": since, "content_id": content_id})
+    paused = {r["kind"]: r["n"] for r in db.all(conn, "tasks_paused_by_budget")}
+    return {"scope": "today" if content_id is None else f"content {content_id}", "content_id": content_id,
+            "providers": providers, "content_budget": cfg.content_budget, "paused_by_budget": paused,
+            "ledger": ledger, "totals": _totals(ledger), "duplicates": duplicates}
+
+
+@dataclass(frozen=True)
+class _Provider:
+    name: str
+    daily: float | None
+
+
+def _providers(cfg: Settings) -> list[_Provider]:
+    # the ledger's names for the configured providers (registry names: local-image, openai-tts, ...)
+    return [_Provider(f"{cfg.image.backend}-image", cfg.image.daily_budget),
+            _Provider(f"{cfg.tts.backend}-tts", cfg.tts.daily_budget)]
+
+
+def _totals(ledger: list[dict]) -> dict:
+    paid = [r for r in ledger if r["outcome"] in ("succeeded", "ambiguous")]
+    return {"paid_calls": sum(r["n"] for r in paid), "cost": round(sum(r["cost"] for r in ledger), 6),
+            "reuses": sum(r["n"] for r in ledger if r["outcome"] == "reused"),
+            "replays": sum(r["n"] for r in ledger if r["outcome"] == "replayed"),
+            "refused_or_not_sent": sum(r["n"] for r in ledger if r["outcome"] in ("permanent", "transient", "busy"))}

@@ -31,3 +31,29 @@ CREATE TABLE content_spend (
 -- input, or a budget is reached. NULL for an ordinary retry.
 ALTER TABLE tasks ADD COLUMN waiting_for text CHECK (waiting_for IN ('input', 'budget'));
 ALTER TABLE tasks ADD CONSTRAINT tasks_waiting_only_in_retry CHECK (waiting_for IS NULL OR status = 'retry');
+
+-- A key-honouring provider's answer to a retried key is a replay: booked once, at no new cost.
+ALTER TABLE provider_calls DROP CONSTRAINT provider_calls_outcome_check;
+ALTER TABLE provider_calls ADD CONSTRAINT provider_calls_outcome_check CHECK (outcome IN
+    ('succeeded', 'reused', 'replayed', 'permanent', 'transient', 'ambiguous', 'busy', 'recovered'));
+-- The spend page reads today's ledger without scanning its history.
+CREATE INDEX provider_calls_by_time ON provider_calls (at);
+
+-- /metrics: a wait that spends no attempt (provider busy, another task making the same input, a
+-- budget) is not a retry; count it apart, by what it waits for.
+CREATE OR REPLACE FUNCTION metric_count_event() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    waits text := CASE NEW.details->>'error_class'
+                      WHEN 'Busy' THEN 'busy' WHEN 'WaitingForInput' THEN 'input'
+                      WHEN 'BudgetReached' THEN 'budget' END;
+BEGIN
+    INSERT INTO metric_counters (name, outcome, shard, n)
+    SELECT c.name, c.label, pg_backend_pid(), 1
+    FROM (VALUES ('retries', '', NEW.to_status = 'retry' AND waits IS NULL),
+                 ('waits', coalesce(waits, ''), NEW.to_status = 'retry' AND waits IS NOT NULL),
+                 ('manual_retries', '', NEW.action = 'manual_retry'),
+                 ('duplicate_risk_accepted', '', NEW.action = 'duplicate_risk_accepted')) AS c (name, label, counted)
+    WHERE c.counted
+    ON CONFLICT (name, provider, outcome, shard) DO UPDATE SET n = metric_counters.n + 1;
+    RETURN NULL;
+END $$;

@@ -39,7 +39,7 @@ SNAPSHOT_GAUGES = {
     "reconcile_duration_seconds": ("mediapipe_last_reconcile_duration_seconds", "Duration of the last reconcile run"),
 }
 SNAPSHOT_COUNTERS = {
-    "retries": ("mediapipe_task_retries", "Automatic retries scheduled (transitions to retry)"),
+    "retries": ("mediapipe_task_retries", "Automatic retries that spend an attempt (waits are counted apart)"),
     "manual_retries": ("mediapipe_manual_retries", "Failed tasks retried by an editor"),
     "duplicate_risk_accepted": ("mediapipe_duplicate_risk_retries",
                                 "Unknown tasks retried with the risk of a duplicate charge accepted"),
@@ -76,6 +76,13 @@ class DatabaseCollector:
             cost.add_metric([row["provider"], row["outcome"]], row["cost"])
         yield calls
         yield cost
+        waits = CounterMetricFamily("mediapipe_task_waits", "Waits that spend no attempt, by what the task waits for "
+                                    "(busy: the provider or its slots; input: another task making the same input; "
+                                    "budget: a spend limit)", labels=["waiting_for"])
+        seen = {row["waiting_for"]: row["n"] for row in self.reading["waits"]}
+        for reason in ("busy", "input", "budget"):
+            waits.add_metric([reason], seen.get(reason, 0))
+        yield waits
 
 
 def _may_scrape() -> None:

@@ -25,6 +25,9 @@ SELECT
     (SELECT extract(epoch FROM finished_at - started_at) FROM reconcile_runs
      WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_duration_seconds;
 
+-- metrics_waits: waits that spend no attempt (busy provider, same input in flight, budget), from the counters
+SELECT outcome AS waiting_for, sum(n) AS n FROM metric_counters WHERE name = 'waits' GROUP BY 1;
+
 -- metrics_calls_by_outcome: the call ledger's counts and costs by provider and outcome, from the counters
 -- its trigger keeps (schema/0002_security.sql), never from the ledger itself
 SELECT provider, outcome, sum(n) AS n, sum(cost)::float AS cost FROM metric_counters

@@ -246,6 +246,11 @@ def test_an_editor_retrying_an_unknown_accepts_the_risk_and_the_second_call_is_r
     assert fake.calls_for(key(image)).executions == 2
     consent = [e for e in events(stack, image_id) if e["action"] == "duplicate_risk_accepted"]
     assert len(consent) == 1 and consent[0]["actor"] == "editor-0"
+    # the spend report lists the second charge with who consented to it
+    spend = stack.api("GET", f"/api/contents/{saved['content_id']}/spend").json()
+    assert [(d["task_id"], d["outcome"], d["consented_by"]) for d in spend["duplicates"]] == \
+        [(image_id, "succeeded", "editor-0")]
+    assert spend["totals"]["paid_calls"] == 3   # the ambiguous image call, its consented repeat, the narration
 
 
 def test_a_postgresql_restart_mid_run_loses_nothing_and_needs_no_process_restart(stack, fake, servers):

@@ -150,5 +150,5 @@ def test_a_key_honouring_provider_retrying_an_ambiguous_call_is_booked_once(syst
         rows = conn.execute("SELECT outcome, cost::float AS cost FROM provider_calls WHERE task_id = %s ORDER BY id",
                             (image["id"],)).fetchall()
         spent = conn.execute("SELECT spent::float AS spent FROM spend_days").fetchone()["spent"]
-    assert [(r["outcome"], r["cost"]) for r in rows] == [("ambiguous", 2.0), ("succeeded", 0.0)]
+    assert [(r["outcome"], r["cost"]) for r in rows] == [("ambiguous", 2.0), ("replayed", 0.0)]
     assert spent == 2.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.errors import Ambiguous, Transient
+from pipeline.errors import Ambiguous, BudgetReached, Busy, Transient
 
 
 def scrape(api) -> dict[tuple[str, tuple], float]:
@@ -64,3 +64,17 @@ def test_expired_leases_and_the_oldest_ready_task_are_measured(api, conn):
 def test_a_database_that_never_ran_the_reconciler_reports_no_reconcile_age(api):
     samples = scrape(api)
     assert ("mediapipe_last_reconcile_age_seconds", ()) not in samples
+
+
+def test_waits_that_spend_no_attempt_are_counted_apart_from_retries(api, work):
+    created = api.create(2)
+    tasks = api.get(created["status_url"]).json["tasks"]
+    work.executor.script[tasks[0]["id"]] = [Busy("slow down", retry_after=60)]
+    work.executor.script[tasks[1]["id"]] = [BudgetReached("paused: daily budget reached", retry_after=60)]
+    work.executor.script[tasks[2]["id"]] = [Transient("refused")]
+    work.until_idle(rounds=1)
+    samples = scrape(api)
+    assert samples[("mediapipe_task_retries_total", ())] == 1
+    assert samples[("mediapipe_task_waits_total", (("waiting_for", "busy"),))] == 1
+    assert samples[("mediapipe_task_waits_total", (("waiting_for", "budget"),))] == 1
+    assert samples[("mediapipe_task_waits_total", (("waiting_for", "input"),))] == 0

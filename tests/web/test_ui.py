@@ -265,3 +265,20 @@ def test_the_editor_refuses_text_the_database_cannot_store(browser):
     response = post(client, csrf, "/contents/new", title="a\x00b", locale="en-US", block_key=["b1"],
                     block_text=["x"], block_prompt=[""])
     assert response.status_code == 422 and "NUL character" in response.get_data(as_text=True)
+
+
+def test_the_spend_page_shows_budgets_and_refuses_a_bad_content_id(browser, api, work):
+    client, _ = browser
+    created = api.create(1)
+    work.until_idle()
+    html = page(client, "/spend")
+    assert "Budgets today" in html and "local-image" in html and "no limit" in html
+    assert "Inputs paid for more than once" in page(client, f"/spend?content={created['content_id']}")
+    assert client.get("/spend?content=abc").status_code == 422
+    assert client.get("/spend?content=999999").status_code == 404
+
+
+def test_the_spend_api_needs_a_key_and_names_unknown_contents(api, app):
+    assert app.test_client().get("/api/spend").status_code == 401
+    assert api.get("/api/spend").status_code == 200
+    assert api.get("/api/contents/999999/spend").status_code == 404

@@ -1,0 +1,43 @@
+"""Spend, for people: `GET /api/spend` (today, all contents), `GET /api/contents/<id>/spend`,
+and the page `/spend` (today, or one content with `?content=ID`).
+
+Calls, reuses, replays and cost from the call ledger, today's bookings against each
+provider's daily budget, tasks paused by a budget, and every duplicate charge with who
+consented to it. Reading needs the `read` permission, like the rest of the board.
+"""
+
+from __future__ import annotations
+
+from flask import jsonify, render_template, request
+
+from pipeline import overview, spend
+from pipeline.errors import InvalidInput
+from web.api import bp as api_bp
+from web.auth import require
+from web.db import get_conn, settings
+from web.ui import bp as ui_bp
+
+
+@api_bp.get("/spend")
+@require("read")
+def spend_today():
+    return jsonify(spend.report(get_conn(), settings()))
+
+
+@api_bp.get("/contents/<id:content_id>/spend")
+@require("read")
+def spend_of_content(content_id: int):
+    overview.content(get_conn(), content_id)   # NotFound for an unknown content
+    return jsonify(spend.report(get_conn(), settings(), content_id))
+
+
+@ui_bp.get("/spend")
+def spend_page():
+    raw = request.args.get("content", "")
+    content_id = None
+    if raw:
+        if not raw.isdigit() or len(raw) > 18:
+            raise InvalidInput(f"content={raw!r} is not a content id; use a whole number", field="content")
+        content_id = int(raw)
+        overview.content(get_conn(), content_id)   # NotFound for an unknown content
+    return render_template("spend.html", s=spend.report(get_conn(), settings(), content_id))
