@@ -9,7 +9,7 @@ SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
 
 -- versions_by_save_key: the version an earlier save with this Idempotency-Key created
-SELECT content_id, version, save_digest FROM versions WHERE save_key = %(save_key)s;
+SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
 
 -- contents_insert: a new content item, at version 1
 INSERT INTO contents (title, locale, theme, current_version)
@@ -30,9 +30,9 @@ SELECT * FROM contents ORDER BY id DESC LIMIT %(limit)s;
 
 -- versions_insert: the immutable snapshot of a save
 INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
-                      save_key, save_digest)
+                      save_key, save_digest, lane)
 VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
-        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s)
+        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(lane)s)
 RETURNING *;
 
 -- versions_get: one version
