@@ -15,7 +15,10 @@ HTTP servers of tests/fakeprovider.py, one per kind, answering every call after 
    lesson alone; then a bulk lesson saved behind that backlog: how soon its first task starts
    (contents take turns) against the wait a FIFO queue would give it.
 
-Usage: .venv/bin/python bench/makespan.py [--configs 12x4,20x4,12x8] [--repeats 3] [--backlog 50]
+A configuration `12x4w1` pins the image and speech pools to one worker each (IMAGE_WORKERS,
+TTS_WORKERS): the topology before worker pools, one worker process per queue.
+
+Usage: .venv/bin/python bench/makespan.py [--configs 12x4w1,12x4,20x4,12x8] [--repeats 3] [--backlog 50]
 """
 
 from __future__ import annotations
@@ -89,13 +92,14 @@ def wait_peak(fake, endpoint: str, at_least: int, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
-def start(bench: Stack, name: str, limit: int, image_latency: float, tts_latency: float):
+def start(bench: Stack, name: str, limit: int, workers: int | None, image_latency: float, tts_latency: float):
     bench.use_database(name)
     bench.redis().flushdb()
     image, tts = fake_provider(image_latency), fake_provider(tts_latency)
+    pinned = {"IMAGE_WORKERS": str(workers), "TTS_WORKERS": str(workers)} if workers else {}
     stack = DevStack.start(database_url=bench.database_url, redis_url=bench.redis_url,
                            media_dir=bench.base / f"media-{name}", port=free_port(), log=bench.logs / f"{name}.log",
-                           **provider_env(image, tts, limit))
+                           **provider_env(image, tts, limit), **pinned)
     stack.wait_ready()
     return stack, image, tts
 
@@ -116,33 +120,41 @@ def first_start(bench: Stack, content_id: int) -> float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench/makespan.py")
-    parser.add_argument("--configs", default="12x4,20x4,12x8", help="BLOCKSxLIMIT, comma separated")
+    parser.add_argument("--configs", default="12x4w1,12x4,20x4,12x8",
+                        help="BLOCKSxLIMIT[wWORKERS], comma separated (wWORKERS pins the image and speech pools)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--image-latency", type=float, default=2.0)
     parser.add_argument("--tts-latency", type=float, default=1.0)
     parser.add_argument("--backlog", type=int, default=50, help="bulk lessons in the backlog (0: skip part 3)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args(argv)
-    configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+    configs = []
+    for config in args.configs.split(","):
+        blocks, rest = config.split("x")
+        limit, _, workers = rest.partition("w")
+        configs.append((int(blocks), int(limit), int(workers) if workers else None))
+    main_config = next(c for c in configs if c[2] is None)   # parts 2 and 3 run on the first unpinned stack
     lat_i, lat_t = args.image_latency, args.tts_latency
     with servers(keep=args.keep) as bench:
         print_machine(bench)
         rows, memory, lanes_rows, turn_rows = [], None, [], []
-        for index, (blocks, limit) in enumerate(configs):
-            stack, image, tts = start(bench, f"makespan_{blocks}x{limit}", limit, lat_i, lat_t)
+        for blocks, limit, workers in configs:
+            name = f"makespan_{blocks}x{limit}" + (f"w{workers}" if workers else "")
+            stack, image, tts = start(bench, name, limit, workers, lat_i, lat_t)
             try:
-                runs = [alone(stack, blocks, f"alone-{blocks}x{limit}-{r}") for r in range(args.repeats)]
+                runs = [alone(stack, blocks, f"alone-{name}-{r}") for r in range(args.repeats)]
                 ideal = ideal_seconds(blocks, limit, lat_i, lat_t)
                 totals = [r["total"] for r in runs]
-                rows.append([blocks, limit, f"{lat_i:g} s / {lat_t:g} s", ideal, statistics.median(totals),
+                pools = f"{workers or limit} / {workers or limit}"
+                rows.append([blocks, limit, pools, f"{lat_i:g} s / {lat_t:g} s", ideal, statistics.median(totals),
                              f"{statistics.median(totals) / ideal:.2f}x",
                              " / ".join(f"{t / ideal:.2f}" for t in totals),
                              statistics.median(r["media"] for r in runs),
                              f"{image.max_in_flight('image')} / {tts.max_in_flight('audio')}"])
-                say(f"  {blocks} blocks, limit {limit}: {[round(t, 2) for t in totals]} s (ideal {ideal} s)")
-                if index == 0:
+                say(f"  {name}: {[round(t, 2) for t in totals]} s (ideal {ideal} s)")
+                if (blocks, limit, workers) == main_config:
                     memory = {role: [smaps(p) for p in pids] for role, pids in roles(stack).items()}
-                if index == 0 and args.backlog:
+                if (blocks, limit, workers) == main_config and args.backlog:
                     lanes_rows, turn_rows = behind_backlog(bench, stack, image, tts, blocks, limit, args, totals)
             finally:
                 left = stack.stop()
@@ -152,10 +164,12 @@ def main(argv: list[str]) -> int:
                     say(f"WARNING: processes left after stopping the stack: {left}")
         say("\n1. Save to every task done (median of "
             f"{args.repeats}; ideal = ceil(blocks / limit) x the slower kind's latency):")
-        say(table(["blocks", "limit C", "image / speech latency", "ideal s", "save to all done s", "ratio",
+        say(table(["blocks", "limit C", "workers image / speech", "image / speech latency", "ideal s",
+                   "save to all done s", "ratio",
                    "ratio per repeat", "media done s", "peak calls image / speech"], rows, digits=2))
         if memory:
-            say("\n2. Resident memory per process of the stack, MiB (after the runs of the first configuration;"
+            say(f"\n2. Resident memory per process of the stack, MiB (after the runs of {main_config[0]}x"
+                f"{main_config[1]};"
                 " PSS and USS count pages shared after fork once):")
             mem_rows = [[role, len(values), statistics.median(v["rss"] for v in values),
                          statistics.median(v["pss"] for v in values), statistics.median(v["uss"] for v in values)]
@@ -165,7 +179,7 @@ def main(argv: list[str]) -> int:
             say(f"all {len(workers)} RQ SimpleWorkers: RSS {sum(v['rss'] for v in workers):,.0f} MiB, "
                 f"PSS {sum(v['pss'] for v in workers):,.0f} MiB, USS {sum(v['uss'] for v in workers):,.0f} MiB")
         if lanes_rows:
-            say(f"\n3. An editor's lesson ({configs[0][0]} blocks, interactive) behind a bulk backlog of "
+            say(f"\n3. An editor's lesson ({main_config[0]} blocks, interactive) behind a bulk backlog of "
                 f"{args.backlog} lessons, against the same lesson alone (part 1):")
             say(table(["editor's lesson", "runs", "save to all done s (median)", "per run", "vs alone"], lanes_rows,
                       digits=2))
