@@ -77,21 +77,29 @@ def send_due(conn: psycopg.Connection, conn_redis: redis.Redis, *, batch: int = 
     return sent + send_bulk(conn, conn_redis, depth=bulk_depth or DEFAULT_BULK_DEPTH, claim_seconds=claim_seconds)
 
 
+def _bulk_room(conn_redis: redis.Redis, depth: Mapping[str, int]) -> dict[str, int]:
+    """Free places per bulk queue (`room_<kind>`): its depth minus the messages waiting in it."""
+    with conn_redis.pipeline(transaction=False) as pipe:
+        for kind in KINDS:
+            pipe.llen(Queue.redis_queue_namespace_prefix + queue_name(kind, BULK))
+        waiting = dict(zip(KINDS, pipe.execute()))
+    return {f"room_{kind}": max(0, depth[kind] - waiting[kind]) for kind in KINDS}
+
+
 def send_bulk(conn: psycopg.Connection, conn_redis: redis.Redis, *, depth: Mapping[str, int],
               claim_seconds: float = 30.0) -> int:
     """Top each bulk queue up to `depth[kind]` waiting messages, contents taking turns.
 
-    One dispatcher at a time (a session advisory lock held from the queue lengths to the
-    enqueue), so several dispatchers never fill the same free places twice.
+    One dispatcher at a time (a session advisory lock held from reading the queue lengths to
+    the enqueue), so several dispatchers never fill the same free places twice. Full queues
+    (the usual state during an import) cost one Redis round trip and nothing in PostgreSQL.
     """
+    if not any(_bulk_room(conn_redis, depth).values()):
+        return 0
     if not db.one(conn, "outbox_bulk_try_lock")["locked"]:
         return 0
     try:
-        with conn_redis.pipeline(transaction=False) as pipe:
-            for kind in KINDS:
-                pipe.llen(Queue.redis_queue_namespace_prefix + queue_name(kind, BULK))
-            waiting = dict(zip(KINDS, pipe.execute()))
-        room = {f"room_{kind}": max(0, depth[kind] - waiting[kind]) for kind in KINDS}
+        room = _bulk_room(conn_redis, depth)   # again, under the lock: another dispatcher may just have filled it
         if not any(room.values()):
             return 0
         return _send(conn, conn_redis, "outbox_claim_bulk", room, claim_seconds)
