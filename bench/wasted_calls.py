@@ -14,7 +14,7 @@ executions per idempotency key. Faults, the same for both pipelines:
 * two worker SIGKILLs: once 30 % and once 60 % of the planned calls have been executed, the worker
   whose call is in flight at that moment is killed (its whole process group), and a new one started.
 
-Ours: the Procfile's processes for real (`python -m pipeline.worker QUEUE` per queue, `bin/dispatch`,
+Ours: the Procfile's processes for real (one `rq worker -w pipeline.worker.Worker` per kind, `bin/dispatch`,
 `bin/reconcile --loop 1`), saves with the fast path, the HTTP adapters of providers/openai_http.py.
 Unknown outcomes wait for a person: at the end an editor accepts the duplicate risk for each one
 (`review.retry(..., accept_duplicate_risk=True)`, recorded as an event) until none is left.
@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import (Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
                           wait_workers_idle, worker_argv)
 from tests.fakeprovider import Behaviour, FakeProviderServer  # noqa: E402
+from tests.system import rq_worker_argv  # noqa: E402
 
 AMBIGUOUS_SHARE = 0.10
 REFUSE_SHARE = 0.10
@@ -196,7 +197,7 @@ def run_ours(stack: Stack, fake: FakeProviderServer, args, planned: int) -> dict
     counter = iter(range(1000))
 
     def respawn(queue: str):
-        return stack.spawn(f"ours-{queue}-{next(counter)}", ["-m", "pipeline.worker", queue], env)
+        return stack.spawn(f"ours-{queue}-{next(counter)}", rq_worker_argv(queue, stack.redis_url), env)
     workers = {queue: respawn(queue) for queue in ("image", "tts", "bundle")}
     stack.spawn("ours-dispatcher", [str(ROOT / "bin" / "dispatch")], env)
     stack.spawn("ours-reconciler", [str(ROOT / "bin" / "reconcile"), "--loop", "1"], env)

@@ -99,19 +99,22 @@ def reconcile_main(argv: list[str]) -> int:
 
 def dispatch_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bin/dispatch", description=(
-        "Send due outbox rows to RQ. Exit codes: 0 stopped (or --once done), 2 cannot reach PostgreSQL."))
+        "Send due outbox rows to RQ: interactive rows at once, bulk rows as the bulk queues have room "
+        "(BULK_QUEUE_DEPTH). Exit codes: 0 stopped (or --once done), 2 cannot reach PostgreSQL."))
     parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
     args = parser.parse_args(argv)
     cfg = _settings()
     import redis
-    from pipeline import dispatch
+    from pipeline import dispatch, lanes
     from pipeline.db import connect
     conn_redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    depth = lanes.bulk_depths(cfg)
     if args.once:
         try:
             with connect(cfg.database_url, autocommit=True) as conn:
                 total = 0
-                while (sent := dispatch.send_due(conn, conn_redis, claim_seconds=cfg.dispatch_claim_seconds)):
+                while (sent := dispatch.send_due(conn, conn_redis, claim_seconds=cfg.dispatch_claim_seconds,
+                                                 bulk_depth=depth)):
                     total += sent
         except psycopg.OperationalError as exc:
             print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
@@ -120,7 +123,7 @@ def dispatch_main(argv: list[str]) -> int:
         return 0
     stop = _stop_flag()
     dispatch.run_forever(lambda: connect(cfg.database_url, autocommit=True), conn_redis,
-                         claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set)
+                         claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth)
     return 0
 
 

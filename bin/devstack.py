@@ -3,14 +3,18 @@
 Embedded PostgreSQL and Valkey keep their data under .data/ between runs (unless
 DATABASE_URL / REDIS_URL name other servers). Unless SECRET_KEY / LAB_API_KEY are set,
 the first start makes them and keeps them in .data/secret-key and .data/lab-api-key
-(mode 0600); every process gets them in its environment. Each process's lines are
-prefixed with its name. Ctrl-C (or SIGTERM) stops the processes, then the servers.
+(mode 0600). The processes are the Procfile's own lines, run by `sh` with the stack's
+environment (its DATABASE_URL, REDIS_URL, PORT, SECRET_KEY, LAB_API_KEY, the virtualenv
+first on PATH), plus the reconciler that cron runs in production. Each process's lines
+are prefixed with its name. Ctrl-C (or SIGTERM) stops the processes (RQ finishes the
+jobs in hand), then the servers.
 Exit codes: 0 stopped cleanly, 1 a process or server failed, 2 bad configuration or busy port.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +29,9 @@ from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".data"
+PROCFILE = ROOT / "Procfile"
+# What cron runs in production (the Procfile's comment), as a loop in the dev stack.
+DEV_EXTRA = [("reconciler", "bin/reconcile --loop 10")]
 _print_lock = threading.Lock()
 
 
@@ -58,6 +65,7 @@ class Child:
             say(self.name, line.rstrip("\n"))
 
     def stop(self) -> None:
+        # only the process itself: an RQ worker pool passes the stop on to its workers (warm shutdown)
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
 
@@ -68,21 +76,48 @@ class Child:
             self.process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             say("dev", f"{self.name} did not stop in time; killing it")
-            self.process.kill()
-            self.process.wait()
+        self.kill_group()
+        self.process.wait()
+
+    def kill_group(self) -> None:
+        """SIGKILL whatever is left in the process's group (its own session): pool workers, strays."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def processes(python: str, cfg, redis_url: str) -> list[Child]:
-    """Every process of the system, as the Procfile runs them."""
-    children = [Child("web", [python, "-m", "gunicorn", "--bind", f"127.0.0.1:{cfg.port}", "--workers", "2",
-                              "--access-logfile", "-", "web:create_app()"])]
-    for queue in ("image", "tts", "bundle"):
-        children.append(Child(f"worker-{queue}", [python, "-m", "pipeline.worker", queue]))
-    if (ROOT / "bin" / "dispatch").exists():
-        children.append(Child("dispatcher", [python, str(ROOT / "bin" / "dispatch")]))
-    if (ROOT / "bin" / "reconcile").exists():
-        children.append(Child("reconciler", [python, str(ROOT / "bin" / "reconcile"), "--loop", "10"]))
-    return children
+def read_procfile(path: Path = PROCFILE) -> list[tuple[str, str]]:
+    """The Procfile's processes in order, as (name, command line); blank lines and # comments are skipped."""
+    entries = []
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, colon, command = line.partition(":")
+        if not colon or not re.fullmatch(r"[A-Za-z0-9_-]+", name.strip()) or not command.strip():
+            raise ValueError(f"{path.name} line {number}: expected 'name: command', found {raw!r}")
+        entries.append((name.strip(), command.strip()))
+    return entries
+
+
+def processes(procfile: Path = PROCFILE) -> list[Child]:
+    """Every process of the system: the Procfile's lines as they are, then what cron runs in production."""
+    return [Child(name, ["/bin/sh", "-c", f"exec {command}"]) for name, command in read_procfile(procfile) + DEV_EXTRA]
+
+
+def process_env(env: dict[str, str], cfg) -> dict[str, str]:
+    """The environment the Procfile's lines get in the dev stack (on top of the servers' URLs in `env`)."""
+    out = dict(env)
+    out["PORT"] = str(cfg.port)
+    out.setdefault("WEB_HOST", "127.0.0.1")           # the dev stack serves this machine only
+    out.setdefault("WEB_CONCURRENCY", "2")
+    out.setdefault("GUNICORN_CMD_ARGS", "--access-logfile -")
+    out.setdefault("PYTHONUNBUFFERED", "1")           # lines reach the prefixed output as they are written
+    # the virtualenv's rq, gunicorn and python3 (bin/dispatch's interpreter) before any other
+    out["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return out
 
 
 def kept_secret(path: Path, make) -> tuple[str, bool]:
@@ -156,7 +191,8 @@ def main(argv: list[str]) -> int:
         for m in migrations.migrate(env["DATABASE_URL"]):
             say("dev", f"applied migration {m.version:04d}_{m.name}")
         _first_admin_key(env["DATABASE_URL"], env["LAB_API_KEY"])
-        children = processes(sys.executable, cfg, env["REDIS_URL"])
+        env = process_env(env, cfg)
+        children = processes()
         for child in children:
             child.start(env)
         say("dev", f"web on http://127.0.0.1:{cfg.port}/  (Ctrl-C stops everything)")
@@ -173,6 +209,7 @@ def main(argv: list[str]) -> int:
                     stopping.set()
                     return 1
                 say("dev", f"{child.name} exited with {child.process.returncode}; restarting it")
+                child.kill_group()
                 child.start(env)
             stopping.wait(0.5)
         return 0

@@ -5,33 +5,45 @@ enqueue one RQ job per row carrying only the task id; then mark the rows sent
 where the claim token still matches. A crash between enqueue and mark leaves the
 rows to be claimed again after the claim lease: a duplicate message, which the
 task claim turns into a no-op. Due times live in the outbox, never in RQ.
+
+Each row goes to its kind's queue in its lane (pipeline/lanes.py). Interactive rows
+are sent as soon as they are due, also by the fast path after a commit. Bulk rows
+are sent only by `send_bulk`: it keeps at most `bulk_depth` messages waiting in each
+bulk queue and fills the free places one turn per content, least recently served
+content first, so contents take turns and one import cannot starve a later one.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import psycopg
 import redis
 from rq import Queue
 
 from pipeline import db
+from pipeline.lanes import BULK, INTERACTIVE, KINDS, bulk_depths, queue_name
 from pipeline.log import log
+from pipeline.settings import Settings
 
 JOB_FUNC = "pipeline.jobs.run_task"
-QUEUES = ("image", "tts", "bundle")
+QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
+DEFAULT_BULK_DEPTH = bulk_depths(Settings())
 
 
 def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
-    """One RQ job per outbox row, in one Redis round trip. RQ's own retry stays off."""
+    """One RQ job per outbox row, in one Redis round trip, to its kind's queue in its lane.
+
+    RQ's own retry stays off. A row without a lane is interactive.
+    """
     rows = list(rows)
     if not rows:
         return
     by_queue: dict[str, list[dict]] = {}
     for row in rows:
-        by_queue.setdefault(row["queue"], []).append(row)
+        by_queue.setdefault(queue_name(row["queue"], row.get("lane") or INTERACTIVE), []).append(row)
     with conn_redis.pipeline() as pipe:
         for name, group in by_queue.items():
             Queue(name, connection=conn_redis).enqueue_many([
@@ -53,20 +65,53 @@ def _send(conn: psycopg.Connection, conn_redis: redis.Redis, claim_query: str, p
     with conn.transaction():
         sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
     for row in rows:
-        log("dispatched", task_id=row["task_id"], outbox_id=row["id"], queue=row["queue"],
-            rq_job_id=f"task-{row['task_id']}-{row['id']}")
+        log("dispatched", task_id=row["task_id"], outbox_id=row["id"],
+            queue=queue_name(row["queue"], row["lane"]), rq_job_id=f"task-{row['task_id']}-{row['id']}")
     return len(sent)
 
 
 def send_due(conn: psycopg.Connection, conn_redis: redis.Redis, *, batch: int = 200,
-             claim_seconds: float = 30.0) -> int:
-    """Send one batch of due outbox rows; returns how many were marked sent."""
-    return _send(conn, conn_redis, "outbox_claim", {"limit": batch}, claim_seconds)
+             claim_seconds: float = 30.0, bulk_depth: Mapping[str, int] | None = None) -> int:
+    """Send one batch of due interactive rows, then fill the bulk queues' free places; how many were sent."""
+    sent = _send(conn, conn_redis, "outbox_claim", {"limit": batch}, claim_seconds)
+    return sent + send_bulk(conn, conn_redis, depth=bulk_depth or DEFAULT_BULK_DEPTH, claim_seconds=claim_seconds)
+
+
+def _bulk_room(conn_redis: redis.Redis, depth: Mapping[str, int]) -> dict[str, int]:
+    """Free places per bulk queue (`room_<kind>`): its depth minus the messages waiting in it."""
+    with conn_redis.pipeline(transaction=False) as pipe:
+        for kind in KINDS:
+            pipe.llen(Queue.redis_queue_namespace_prefix + queue_name(kind, BULK))
+        waiting = dict(zip(KINDS, pipe.execute()))
+    return {f"room_{kind}": max(0, depth[kind] - waiting[kind]) for kind in KINDS}
+
+
+def send_bulk(conn: psycopg.Connection, conn_redis: redis.Redis, *, depth: Mapping[str, int],
+              claim_seconds: float = 30.0) -> int:
+    """Top each bulk queue up to `depth[kind]` waiting messages, contents taking turns.
+
+    One dispatcher at a time (a session advisory lock held from reading the queue lengths to
+    the enqueue), so several dispatchers never fill the same free places twice. Full queues
+    (the usual state during an import) cost one Redis round trip and nothing in PostgreSQL.
+    """
+    if not any(_bulk_room(conn_redis, depth).values()):
+        return 0
+    if not db.one(conn, "outbox_bulk_try_lock")["locked"]:
+        return 0
+    try:
+        room = _bulk_room(conn_redis, depth)   # again, under the lock: another dispatcher may just have filled it
+        if not any(room.values()):
+            return 0
+        return _send(conn, conn_redis, "outbox_claim_bulk", room, claim_seconds)
+    finally:
+        if not conn.broken and not conn.closed:
+            db.execute(conn, "outbox_bulk_unlock")
 
 
 def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iterable[int],
              *, claim_seconds: float = 30.0) -> int:
-    """Fast path after a commit: send these rows at once. Redis trouble leaves them for the dispatcher."""
+    """Fast path after a commit: send these rows at once if they are interactive (bulk rows wait for
+    `send_bulk`). Redis trouble leaves them for the dispatcher."""
     ids = list(outbox_ids)
     if not ids:
         return 0
@@ -78,14 +123,15 @@ def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iter
 
 
 def run_forever(connect: Callable[[], psycopg.Connection], conn_redis: redis.Redis, *, idle_sleep: float = 0.2,
-                claim_seconds: float = 30.0, should_stop: Callable[[], bool] = lambda: False) -> None:
+                claim_seconds: float = 30.0, should_stop: Callable[[], bool] = lambda: False,
+                bulk_depth: Mapping[str, int] | None = None) -> None:
     """The long-running dispatcher: send batches while there are due rows, else nap briefly."""
     conn = None
     while not should_stop():
         try:
             if conn is None or conn.closed or conn.broken:
                 conn = connect()
-            if send_due(conn, conn_redis, claim_seconds=claim_seconds) == 0:
+            if send_due(conn, conn_redis, claim_seconds=claim_seconds, bulk_depth=bulk_depth) == 0:
                 time.sleep(idle_sleep)
         except (psycopg.OperationalError, redis.RedisError) as exc:
             log("dispatcher_waiting", error=f"{exc.__class__.__name__}: {exc}"[:300])

@@ -199,7 +199,7 @@ def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Se
             _lost(conn, task, actor, outcome.status)
             return policy.Outcome(TaskStatus.CANCELLED, reason="version cancelled")
         if outcome.status is TaskStatus.RETRY:
-            db.execute(conn, "outbox_add", {"task_id": task.id, "queue": task.kind,
+            db.execute(conn, "outbox_add", {"task_id": task.id, "lane": None,   # the version's lane
                                             "available_at": outcome.available_at})
         if outcome.dead_letter:
             db.execute(conn, "dead_letters_insert", {"task_id": task.id, "reason": outcome.dead_letter,

@@ -105,7 +105,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
     blockers = approval_blockers(docs, version=number, approved_version=head["approved_version"])
     return {"content_id": content_id, "version": number, "title": row["title"], "locale": row["locale"],
             "theme": row["theme"], "saved_by": row["saved_by"], "saved_at": row["saved_at"],
-            "deadline_at": row["deadline_at"], "current_version": head["current_version"],
+            "deadline_at": row["deadline_at"], "priority": row["lane"], "current_version": head["current_version"],
             "approved_version": head["approved_version"], "is_current": number == head["current_version"],
             "is_approved": number == head["approved_version"], "approved_at": row["approved_at"],
             "approved_by": row["approved_by"], "cancel_requested_at": row["cancel_requested_at"],

@@ -12,6 +12,7 @@ the first result instead of charging again.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from datetime import datetime, timezone
@@ -111,12 +112,17 @@ class ProviderExecutor:
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> "ProviderExecutor":
-        kept: dict[str, psycopg.Connection] = {}
+        kept: dict = {}
 
         def conn() -> psycopg.Connection:
+            # per process: a forked work horse opens its own and leaves its parent's alone (pipeline/runtime.py)
             current = kept.get("c")
+            if current is not None and kept.get("pid") != os.getpid():
+                kept.setdefault("inherited", []).append(current)
+                current = None
             if current is None or current.closed or current.broken:
                 current = kept["c"] = connect(cfg.database_url, autocommit=True)
+                kept["pid"] = os.getpid()
             return current
         return cls(cfg, build_providers(cfg), MediaStore(cfg.media_dir), ReceiptBook(cfg.media_dir), conn)
 

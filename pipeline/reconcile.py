@@ -117,7 +117,7 @@ class Reconciler:
                                                               "sha256": action.asset.sha256})
                 db.all(self.conn, "outbox_add_unblocked", {"task_id": row["id"]})
             if action.to is TaskStatus.RETRY:
-                db.execute(self.conn, "outbox_add", {"task_id": row["id"], "queue": row["kind"],
+                db.execute(self.conn, "outbox_add", {"task_id": row["id"], "lane": None,  # the version's lane
                                                      "available_at": action.available_at})
             if action.dead_letter:
                 db.execute(self.conn, "dead_letters_insert", {"task_id": row["id"], "reason": action.dead_letter,

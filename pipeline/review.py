@@ -16,7 +16,7 @@ from typing import Iterable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import bundle, db
+from pipeline import bundle, db, lanes
 from pipeline.errors import Conflict, NotFound, StaleTransition
 from pipeline.settings import Settings
 from pipeline.states import PENDING, TaskStatus, check_transition
@@ -142,7 +142,8 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
         db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
         outbox = []
         if not db.scalar(conn, "tasks_unmet_dependencies", {"task_id": task_id}):
-            added = db.one(conn, "outbox_add", {"task_id": task_id, "queue": row["kind"],
+            # an editor's retry is interactive work, whatever lane its version was saved in
+            added = db.one(conn, "outbox_add", {"task_id": task_id, "lane": lanes.INTERACTIVE,
                                                 "available_at": row["available_at"]})
             outbox = [added["id"]] if added else []
     return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"],

@@ -3,6 +3,12 @@
 RQ imports `pipeline.jobs.run_task` by dotted path; the job asks `current()` for
 the process's runtime, built once from the environment (or installed by tests).
 Connections are reopened when PostgreSQL restarted under them.
+
+Connections belong to the process that opened them. The Procfile's workers are RQ
+SimpleWorkers, which run every job in the worker process itself, so its connections
+serve job after job. A forking RQ worker runs each job in a new work horse: there the
+runtime opens connections of its own (every job) and leaves those inherited from the
+parent alone, since closing them would end the parent's sessions.
 """
 
 from __future__ import annotations
@@ -27,9 +33,17 @@ class Runtime:
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     _conns: dict = field(default_factory=dict, repr=False)
     _redis: redis.Redis | None = field(default=None, repr=False)
+    _pid: int = field(default_factory=os.getpid, repr=False)
+
+    def _own(self) -> None:
+        """After a fork: forget the parent's connections (kept referenced, never used or closed here)."""
+        if self._pid != os.getpid():
+            _inherited.append((self._conns, self._redis))
+            self._conns, self._redis, self._pid = {}, None, os.getpid()
 
     def conn(self, name: str = "main") -> psycopg.Connection:
         """A kept autocommit connection; each engine call opens its own short transaction."""
+        self._own()
         conn = self._conns.get(name)
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
@@ -38,22 +52,26 @@ class Runtime:
         return conn
 
     def drop(self, name: str = "main") -> None:
+        self._own()
         conn = self._conns.pop(name, None)
         if conn is not None:
             conn.close()
 
     @property
     def redis(self) -> redis.Redis:
+        self._own()
         if self._redis is None:
             self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
         return self._redis
 
     def close(self) -> None:
+        self._own()
         for name in list(self._conns):
             self.drop(name)
 
 
 _current: Runtime | None = None
+_inherited: list = []   # connections a parent opened before forking this process
 _lock = threading.Lock()
 
 

@@ -82,6 +82,11 @@ class Settings:
     backoff_cap_seconds: float = 30.0
     dispatch_claim_seconds: float = 30.0
     lost_dispatch_seconds: float = 120.0
+    # worker pools and lanes (pipeline/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
+    image_workers: int | None = None       # the Procfile's worker-image pool; None: IMAGE_MAX_CONCURRENCY
+    tts_workers: int | None = None         # the worker-tts pool; None: TTS_MAX_CONCURRENCY
+    bundle_workers: int = 1                # the worker-bundle pool
+    bulk_queue_depth: int | None = None    # bulk messages waiting in RQ per kind; None: twice its concurrency
     media_retention_days: int = 30
     demo_mode: bool = False
     # security (docs/security.md)
@@ -248,6 +253,10 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "backoff_cap_seconds": ("BACKOFF_CAP_SECONDS", _float("BACKOFF_CAP_SECONDS", 0, 3600)),
         "dispatch_claim_seconds": ("DISPATCH_CLAIM_SECONDS", _float("DISPATCH_CLAIM_SECONDS", 0.1, 3600)),
         "lost_dispatch_seconds": ("LOST_DISPATCH_SECONDS", _float("LOST_DISPATCH_SECONDS", 0.1, 86_400)),
+        "image_workers": ("IMAGE_WORKERS", _int("IMAGE_WORKERS", 1, 1000)),
+        "tts_workers": ("TTS_WORKERS", _int("TTS_WORKERS", 1, 1000)),
+        "bundle_workers": ("BUNDLE_WORKERS", _int("BUNDLE_WORKERS", 1, 1000)),
+        "bulk_queue_depth": ("BULK_QUEUE_DEPTH", _int("BULK_QUEUE_DEPTH", 1, 100_000)),
         "media_retention_days": ("MEDIA_RETENTION_DAYS", _int("MEDIA_RETENTION_DAYS", 1, 36_500)),
         "demo_mode": ("DEMO_MODE", _bool("DEMO_MODE")),
         "session_idle_seconds": ("SESSION_IDLE_SECONDS", _float("SESSION_IDLE_SECONDS", 10, 30 * 86_400)),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db
+from pipeline import db, lanes
 from pipeline.content import Draft, ProviderInfo, plan_tasks, stamped
 from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
@@ -23,8 +23,10 @@ class Saved:
     content_id: int
     version: int
     created: bool                       # False: an earlier save with the same key answered
-    outbox_ids: tuple[int, ...] = ()    # rows the caller may send at once (fast path)
+    outbox_ids: tuple[int, ...] = ()    # rows the caller may send at once (fast path; none for a bulk save,
+                                        # whose rows the dispatcher releases as contents take turns)
     superseded: int = 0
+    lane: str = lanes.INTERACTIVE
 
 
 def provider_info(cfg: Settings) -> ProviderInfo:
@@ -41,7 +43,7 @@ def _earlier_save(conn: psycopg.Connection, save_key: str | None, request_digest
     if row["save_digest"] != request_digest:
         raise Conflict(f"Idempotency-Key {save_key!r} was used for a different request; use a new key",
                        code="idempotency_key_reused")
-    return Saved(row["content_id"], row["version"], created=False)
+    return Saved(row["content_id"], row["version"], created=False, lane=row["lane"])
 
 
 def _retry_after(conn: psycopg.Connection, excess: int) -> int:
@@ -50,16 +52,22 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
 
 
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
-         base_version: int | None = None, save_key: str | None = None, key_id: int | None = None) -> Saved:
+         base_version: int | None = None, save_key: str | None = None, key_id: int | None = None,
+         lane: str = lanes.INTERACTIVE) -> Saved:
     """Create a content item (content_id None) or its next version on top of `base_version`.
 
     `key_id`: the API key saving (0 for the demo door); its own limits apply (KeyLimitReached).
+    `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/lanes.py.
     """
+    lane = lanes.parse_priority(lane)
     request_digest = draft.digest if content_id is None else f"{content_id}:{base_version}:{draft.digest}"
+    if lane != lanes.INTERACTIVE:   # the lane is part of the request an Idempotency-Key stands for
+        request_digest += f"|lane={lane}"
     plan = plan_tasks(draft, provider_info(cfg))
-    if len(plan) > cfg.max_pending_tasks:
-        raise InvalidInput(f"this content needs {len(plan)} tasks but at most {cfg.max_pending_tasks} can be "
-                           "pending (MAX_PENDING_TASKS); split it", field="blocks")
+    if len(plan) > lanes.admission_limit(cfg, lane):
+        raise InvalidInput(f"this content needs {len(plan)} tasks but at most {lanes.admission_limit(cfg, lane)} "
+                           f"can be pending{' for a bulk save' if lane == lanes.BULK else ''} (MAX_PENDING_TASKS); "
+                           "split it", field="blocks")
     if key_id is not None and len(plan) > cfg.key_max_pending_tasks:
         raise InvalidInput(f"this content needs {len(plan)} tasks but one key may hold at most "
                            f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
@@ -69,7 +77,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
             if earlier:
                 return earlier
             return _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-                             key_id)
+                             key_id, lane)
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
@@ -80,7 +88,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-              key_id=None) -> Saved:
+              key_id=None, lane=lanes.INTERACTIVE) -> Saved:
     fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
     if content_id is None:
         row = db.one(conn, "contents_insert", fields)
@@ -98,14 +106,16 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     version = db.one(conn, "versions_insert", {
         **fields, "content_id": content_id, "version": number, "blocks": Jsonb([b.as_dict() for b in draft.blocks]),
         "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
-        "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id})
+        "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id,
+        "lane": lane})
     superseded = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": number, "actor": actor,
                                                         "reason": f"superseded by version {number}"})
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
     if key_id is not None:
         _admit_key(conn, cfg, key_id)
-    _admit(conn, cfg, len(plan))
-    return Saved(content_id, number, created=True, outbox_ids=tuple(outbox), superseded=len(superseded))
+    _admit(conn, cfg, len(plan), lane)
+    fast = tuple(outbox) if lane == lanes.INTERACTIVE else ()
+    return Saved(content_id, number, created=True, outbox_ids=fast, superseded=len(superseded), lane=lane)
 
 
 def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: Settings) -> list[int]:
@@ -118,24 +128,27 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: 
     ids = {task.ref: row["id"] for task, row in zip(plan, rows)}
     db.many(conn, "task_deps_insert", [{"task_id": ids[task.ref], "depends_on": ids[dep]}
                                        for task in plan for dep in task.depends_on])
-    queued = db.many(conn, "outbox_add", [{"task_id": ids[task.ref], "queue": task.kind.value,
+    queued = db.many(conn, "outbox_add", [{"task_id": ids[task.ref], "lane": version["lane"],
                                            "available_at": version["saved_at"]}
                                           for task in plan if not task.depends_on])
     return [row["id"] for row in queued]
 
 
-def _admit(conn: psycopg.Connection, cfg: Settings, adding: int) -> None:
+def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
     """Admission, last in the save: the lock is held only for the count and the commit.
 
     Saves serialise on the lock, and the count runs after it is granted, so it sees every
     save committed before and this save's own tasks: the limit cannot be raced past.
+    A bulk save stops short of the limit (lanes.admission_limit), keeping room for editors.
     """
     db.execute(conn, "admission_lock")
     pending = db.scalar(conn, "admission_pending")
-    if pending > cfg.max_pending_tasks:
-        excess = pending - cfg.max_pending_tasks
+    limit = lanes.admission_limit(cfg, lane)
+    if pending > limit:
+        excess = pending - limit
         raise CapacityExceeded(f"{pending - adding} tasks are pending and this save adds {adding}; the limit is "
-                               f"{cfg.max_pending_tasks}", retry_after=_retry_after(conn, excess))
+                               f"{limit}{' for bulk saves' if lane == lanes.BULK else ''}",
+                               retry_after=_retry_after(conn, excess))
 
 
 def _admit_key(conn: psycopg.Connection, cfg: Settings, key_id: int) -> None:

@@ -1,36 +1,55 @@
-"""`python -m pipeline.worker QUEUE [--burst]`: an RQ worker for one queue.
+"""The RQ worker class of the Procfile's pools: `rq worker-pool -w pipeline.worker.Worker -n N QUEUES...`.
 
-We run RQ's SimpleWorker: the job runs in the worker process itself, so the
-kept PostgreSQL connections and the provider sessions survive between jobs
-(a fork per job would open a new connection each time). Isolation comes from the
-lease: a worker that hangs or dies loses its lease and the reconciler recovers
-the task; hard timeouts are the provider timeouts, not a killed work horse.
+RQ's own command line starts the processes; this class only changes what a worker does
+before its first job (docs/decisions.md, "Worker pools"):
+
+* It is RQ's `SimpleWorker`: the job runs in the worker process itself, so the kept
+  PostgreSQL connections and provider sessions serve job after job (a forking worker opens
+  them again in every work horse: about 4x the CPU per task, docs/performance.md section 1).
+* The job's modules are imported here, at module level. `rq worker-pool` imports the worker
+  class before it forks its workers, so they start with everything imported (and share those
+  pages), instead of importing it all in their first job.
+* A worker opens its connections when it starts (`warm_up`), so the first job of a fresh pool
+  waits for no connection either. A database that cannot be reached yet is not fatal: the job
+  connects (and retries) as before.
+* No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
+  in RQ, and `rq worker-pool` would otherwise fork a scheduler process per pool.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-
+import psycopg
 import redis
-from rq import Queue, SimpleWorker
+from rq.worker import SimpleWorker
 
-from pipeline import runtime
-from pipeline.dispatch import QUEUES
+from PIL import Image
+
+from pipeline import jobs, runtime  # noqa: F401 - imported before the pool forks (see above)
+from pipeline import providerwork  # noqa: F401 - the executor, likewise
+from pipeline.log import log
+from providers import local_image, openai_http  # noqa: F401 - adapters the registry imports when built
+
+Image.preinit()   # the image formats, which the adapters load when they read their first answer
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.worker")
-    parser.add_argument("queue", choices=QUEUES)
-    parser.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-    args = parser.parse_args(argv)
+def warm_up() -> None:
+    """Build this process's job runtime and open its connections now rather than in the first job."""
     rt = runtime.current()
-    connection = redis.Redis.from_url(rt.settings.redis_url)
-    worker = SimpleWorker([Queue(args.queue, connection=connection)], connection=connection,
-                          name=f"{args.queue}-{rt.worker_id}".replace(":", "-"))
-    worker.work(burst=args.burst, logging_level="WARNING", with_scheduler=False)
-    return 0
+    try:
+        rt.conn()
+        rt.conn("lease")
+        executor_conn = getattr(rt.executor, "conn", None)
+        if callable(executor_conn):
+            executor_conn()
+        rt.redis.ping()
+    except (psycopg.OperationalError, redis.RedisError) as exc:
+        log("warm_up_deferred", worker=rt.worker_id, error=f"{exc.__class__.__name__}: {exc}"[:300])
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+class Worker(SimpleWorker):
+    """RQ's SimpleWorker, warmed up before its first job and without an RQ scheduler process."""
+
+    def work(self, *args, **kwargs) -> bool:
+        kwargs["with_scheduler"] = False
+        warm_up()
+        return super().work(*args, **kwargs)

@@ -17,6 +17,7 @@ from pipeline.content import parse_draft
 from pipeline.db import connect
 from pipeline.engine import Asset, Task
 from pipeline.errors import PipelineError
+from pipeline.lanes import ALL_QUEUES
 from receipts.media import MediaStore
 
 
@@ -77,8 +78,8 @@ class ControlledExecutor:
         return Asset(sha, "application/octet-stream", len(data))
 
 
-def work_burst(rt: runtime.Runtime, queues=("image", "tts", "bundle")) -> None:
-    """Drain the queues with RQ's SimpleWorker in this process, using `rt`."""
+def work_burst(rt: runtime.Runtime, queues=ALL_QUEUES) -> None:
+    """Drain the queues (both lanes, interactive first) with RQ's SimpleWorker in this process, using `rt`."""
     runtime.install(rt)
     conn = redis.Redis.from_url(rt.settings.redis_url)
     SimpleWorker([Queue(q, connection=conn) for q in queues], connection=conn).work(

@@ -35,7 +35,7 @@ from pipeline.content import parse_draft
 from pipeline.db import connect
 from pipeline.fingerprint import idempotency_key
 from tests.fakeprovider import Behaviour, FakeProviderServer
-from tests.system import _die_with_pytest
+from tests.system import _die_with_pytest, rq_worker_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = ("succeeded", "failed", "unknown", "superseded", "cancelled")
@@ -59,7 +59,7 @@ class Soak:
                                 env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)}, preexec_fn=_die_with_pytest)
 
     def start_worker(self, name: str) -> None:
-        self.workers[name] = self.spawn(["-m", "pipeline.worker", name.split("-")[0]], name)
+        self.workers[name] = self.spawn(rq_worker_argv(name.split("-")[0], self.env["REDIS_URL"]), name)
 
     def counts(self) -> Counter:
         for _ in range(50):

@@ -17,9 +17,17 @@ import psycopg
 
 from pipeline import settings as settings_mod
 from pipeline.db import connect
+from pipeline.lanes import worker_queues
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def rq_worker_argv(kind: str, redis_url: str) -> list[str]:
+    """RQ's stock command line for one worker of a kind (what each process of the Procfile's pool runs):
+    our SimpleWorker class, its queues in priority order, the interactive lane first."""
+    return ["-m", "rq.cli", "worker", "--quiet", "-w", "pipeline.worker.Worker", "--url", redis_url,
+            *worker_queues(kind)]
 
 
 def _die_with_pytest() -> None:
@@ -51,7 +59,7 @@ class System:
                                 preexec_fn=_die_with_pytest)
 
     def start_worker(self, queue: str) -> subprocess.Popen:
-        proc = self._spawn(["-m", "pipeline.worker", queue], f"worker-{queue}")
+        proc = self._spawn(rq_worker_argv(queue, self.env["REDIS_URL"]), f"worker-{queue}")
         self.workers.append(proc)
         return proc
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, g, jsonify, request, url_for
 
-from pipeline import dispatch, overview, review, versions
+from pipeline import dispatch, lanes, overview, review, versions
 from pipeline.content import parse_draft
 from pipeline.versions import Saved
 from web import inputs
@@ -55,8 +55,9 @@ def _save(content_id: int | None) -> Response:
     key = inputs.idempotency_key()
     base = inputs.base_version(body) if content_id is not None else None
     draft = parse_draft(body)
+    lane = lanes.parse_priority(body.get("priority", lanes.INTERACTIVE))   # "bulk": an import, behind editors
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
-                          base_version=base, save_key=key, key_id=g.principal.key_id)
+                          base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane)
     send_fast(saved.outbox_ids)
     return accepted(saved)
 

@@ -85,7 +85,9 @@ SCHEMAS = {
                    "examples": ["zh-CN", "en-US"]},
         "theme": {"type": ["string", "null"], "maxLength": 100},
         "blocks": {"type": "array", "minItems": 1, "maxItems": MAX_BLOCKS, "items": ref("Block"),
-                   "description": "block keys must be unique"}}},
+                   "description": "block keys must be unique"},
+        "priority": {"type": "string", "enum": ["interactive", "bulk"], "default": "interactive",
+                     "description": "bulk: an import's work, done after editors' work, contents taking turns"}}},
     "ContentUpdate": {"allOf": [ref("ContentInput"), {"type": "object", "required": ["base_version"], "properties": {
         "base_version": {"type": "integer", "minimum": 1, "maximum": 2_147_483_647,
                          "description": "the version the edit starts from; 409 unless it is the latest"}}}]},

@@ -21,7 +21,7 @@ SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
 
 -- versions_by_save_key: the version an earlier save with this Idempotency-Key created
-SELECT content_id, version, save_digest FROM versions WHERE save_key = %(save_key)s;
+SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
 
 -- contents_insert: a new content item, at version 1
 INSERT INTO contents (title, locale, theme, current_version)
@@ -42,9 +42,10 @@ SELECT * FROM contents ORDER BY id DESC LIMIT %(limit)s;
 
 -- versions_insert: the immutable snapshot of a save
 INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
-                      save_key, save_digest, saved_by_key)
+                      save_key, save_digest, saved_by_key, lane)
 VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
-        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s)
+        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
+        %(lane)s)
 RETURNING *;
 
 -- versions_get: one version

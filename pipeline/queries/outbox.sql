@@ -1,37 +1,79 @@
--- outbox_add: a message to send for a runnable task; a pending one already there wins
-INSERT INTO outbox (task_id, queue, available_at)
-VALUES (%(task_id)s, %(queue)s, %(available_at)s)
+-- outbox_add: a message for a runnable task, in its version's lane unless `lane` names one; a pending one wins
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, coalesce(%(lane)s::lane, v.lane), %(available_at)s::timestamptz
+FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.id = %(task_id)s
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id, task_id, queue, available_at;
+RETURNING id, task_id, queue, lane, available_at;
 
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded
-INSERT INTO outbox (task_id, queue, available_at)
-SELECT t.id, t.kind, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 WHERE d.depends_on = %(task_id)s AND t.status IN ('ready', 'retry')
   AND NOT EXISTS (SELECT 1 FROM task_deps d2 JOIN tasks x ON x.id = d2.depends_on
                   WHERE d2.task_id = t.id AND x.status <> 'succeeded')
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id, task_id, queue, available_at;
+RETURNING id, task_id, queue, lane, available_at;
 
--- outbox_claim: due, unsent rows nobody holds (or whose holder's claim expired), under a fresh claim token
+-- outbox_claim: due, unsent interactive rows nobody holds (or whose holder's claim expired), under a fresh claim token
 UPDATE outbox o SET claim_token = %(claim_token)s,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (SELECT id FROM outbox
-      WHERE sent_at IS NULL AND available_at <= now() AND (claim_until IS NULL OR claim_until < now())
+      WHERE sent_at IS NULL AND lane = 'interactive' AND available_at <= now()
+        AND (claim_until IS NULL OR claim_until < now())
       ORDER BY available_at, id LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED) due
 WHERE o.id = due.id
-RETURNING o.id, o.task_id, o.queue;
+RETURNING o.id, o.task_id, o.queue, o.lane;
 
--- outbox_claim_ids: claim specific rows (the fast path after a save), unless someone holds them
+-- outbox_claim_ids: claim specific interactive rows (the fast path after a save), unless someone holds them
 UPDATE outbox o SET claim_token = %(claim_token)s,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (SELECT id FROM outbox
-      WHERE id = ANY(%(ids)s) AND sent_at IS NULL AND available_at <= now()
+      WHERE id = ANY(%(ids)s) AND sent_at IS NULL AND lane = 'interactive' AND available_at <= now()
         AND (claim_until IS NULL OR claim_until < now())
       FOR UPDATE SKIP LOCKED) due
 WHERE o.id = due.id
-RETURNING o.id, o.task_id, o.queue;
+RETURNING o.id, o.task_id, o.queue, o.lane;
+
+-- outbox_bulk_try_lock: one dispatcher at a time meters the bulk lane (session lock, released after the enqueue)
+SELECT pg_try_advisory_lock(7411004) AS locked;
+
+-- outbox_bulk_unlock: release the bulk lane's metering lock
+SELECT pg_advisory_unlock(7411004);
+
+-- outbox_claim_bulk: due bulk rows, contents taking turns, at most room_<kind> rows per kind: each content's
+-- oldest row of a kind first, and among contents the one whose bulk message of that kind was sent longest
+-- ago (or never) first; so a content that arrives behind a big import is served at the next free place
+UPDATE outbox o SET claim_token = %(claim_token)s,
+       claim_until = now() + make_interval(secs => %(claim_seconds)s)
+FROM (
+    WITH due AS (
+        SELECT x.id, x.queue, x.available_at, t.content_id
+        FROM outbox x JOIN tasks t ON t.id = x.task_id
+        WHERE x.sent_at IS NULL AND x.lane = 'bulk' AND x.available_at <= now()
+          AND (x.claim_until IS NULL OR x.claim_until < now())
+    ), served AS (
+        SELECT c.content_id, c.queue,
+               (SELECT max(s.sent_at) FROM tasks t JOIN outbox s ON s.task_id = t.id
+                WHERE t.content_id = c.content_id AND t.kind = c.queue AND s.lane = 'bulk') AS served_at
+        FROM (SELECT DISTINCT content_id, queue FROM due) c
+    ), turns AS (
+        SELECT due.id, due.queue, due.content_id, served.served_at,
+               row_number() OVER (PARTITION BY due.content_id, due.queue ORDER BY due.available_at, due.id) AS turn
+        FROM due JOIN served USING (content_id, queue)
+    ), placed AS (
+        SELECT id, queue,
+               row_number() OVER (PARTITION BY queue ORDER BY turn, served_at NULLS FIRST, content_id) AS place
+        FROM turns
+    )
+    SELECT id FROM placed
+    WHERE place <= CASE queue WHEN 'image' THEN %(room_image)s WHEN 'tts' THEN %(room_tts)s
+                              ELSE %(room_bundle)s END
+) picked
+WHERE o.id = picked.id AND o.sent_at IS NULL AND (o.claim_until IS NULL OR o.claim_until < now())
+RETURNING o.id, o.task_id, o.queue, o.lane;
 
 -- outbox_mark_sent: record the enqueue, only for rows this claim still holds
 -- (it must not touch the task row: a worker claiming that task right now skips locked rows)

@@ -40,9 +40,9 @@ WITH moved AS (
 SELECT * FROM moved;
 
 -- reconcile_redispatch: a fresh message for due, runnable tasks whose message was lost
--- (sent long ago and never claimed, or never written); at most one pending row per task
-INSERT INTO outbox (task_id, queue, available_at)
-SELECT t.id, t.kind, now() FROM tasks t
+-- (sent long ago and never claimed, or never written), in the version's lane; at most one pending row per task
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, v.lane, now() FROM tasks t
 JOIN contents c ON c.id = t.content_id AND c.current_version = t.version
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version AND v.cancel_requested_at IS NULL
 WHERE t.status IN ('ready', 'retry') AND t.available_at <= now() - make_interval(secs => %(threshold)s)
@@ -89,8 +89,9 @@ SELECT id, content_id, version, 'transition', from_status, 'superseded', 'reconc
 FROM moved RETURNING task_id;
 
 -- reconcile_outbox_unblocked: queue dependents whose dependencies all succeeded but got no message
-INSERT INTO outbox (task_id, queue, available_at)
-SELECT t.id, t.kind, now() FROM tasks t
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, v.lane, now() FROM tasks t
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 WHERE t.status = 'ready' AND EXISTS (SELECT 1 FROM task_deps d WHERE d.task_id = t.id)
   AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks x ON x.id = d.depends_on
                   WHERE d.task_id = t.id AND x.status <> 'succeeded')

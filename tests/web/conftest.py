@@ -10,8 +10,8 @@ import redis
 from rq import Queue
 
 from pipeline import dispatch, keys, runtime
-from pipeline.dispatch import QUEUES
 from pipeline.db import connect
+from pipeline.lanes import ALL_QUEUES
 from receipts.media import MediaStore
 from tests.helpers import ControlledExecutor, lesson, work_burst
 from web import create_app
@@ -99,7 +99,7 @@ class Work:
     def until_idle(self, rounds: int = 5) -> None:
         """Send what is due and run it, until nothing is due (a retry waits for its time)."""
         for _ in range(rounds):
-            queued = sum(len(Queue(q, connection=self.rt.redis)) for q in QUEUES)
+            queued = sum(len(Queue(q, connection=self.rt.redis)) for q in ALL_QUEUES)
             if not self.send() and not queued:
                 return
             work_burst(self.rt)

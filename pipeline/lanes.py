@@ -1,0 +1,83 @@
+"""Lanes and worker pools: which RQ queue a message goes to, and how many workers listen.
+
+Every save is `interactive` (an editor waits for it) unless its request says
+`"priority": "bulk"` (an import). Each task kind has one RQ queue per lane: `image`
+and `image-bulk`, `tts` and `tts-bulk`, `bundle` and `bundle-bulk`. Every worker of a
+kind listens to both, interactive first (RQ takes from the first non-empty queue in
+the order given), so interactive work never waits behind bulk work: at most behind
+the jobs already running.
+
+Inside the bulk lane contents take turns: the dispatcher keeps at most
+`bulk_depth(kind)` bulk messages waiting in each bulk queue and refills it one turn
+per content, least recently served content first (`outbox_claim_bulk`). Pure: no I/O.
+See docs/decisions.md, "Lanes".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.errors import InvalidInput
+from pipeline.settings import Settings
+
+KINDS = ("image", "tts", "bundle")
+INTERACTIVE, BULK = LANES = ("interactive", "bulk")
+
+
+def queue_name(kind: str, lane: str = INTERACTIVE) -> str:
+    """The RQ queue of one kind in one lane. The interactive queue keeps the kind's plain name."""
+    if kind not in KINDS or lane not in LANES:
+        raise ValueError(f"no queue for kind {kind!r} in lane {lane!r}")
+    return kind if lane == INTERACTIVE else f"{kind}-bulk"
+
+
+def worker_queues(kind: str) -> list[str]:
+    """The queues a worker of this kind listens to, in priority order."""
+    return [queue_name(kind, lane) for lane in LANES]
+
+
+ALL_QUEUES = tuple(queue_name(kind, lane) for lane in LANES for kind in KINDS)
+
+
+def parse_priority(value: Any) -> str:
+    """The lane a save request's `priority` asks for: "interactive" (the default when absent) or "bulk"."""
+    if not isinstance(value, str) or value not in LANES:
+        raise InvalidInput(f"priority must be \"interactive\" (the default) or \"bulk\"; got {value!r}",
+                           field="priority")
+    return value
+
+
+def workers(cfg: Settings, kind: str) -> int:
+    """Worker processes of one kind on one machine (the Procfile's `-n`): by default as many as
+    the provider may serve at once, so every call slot can be in use and none is fought over."""
+    if kind == "image":
+        return cfg.image_workers or cfg.image.max_concurrency
+    if kind == "tts":
+        return cfg.tts_workers or cfg.tts.max_concurrency
+    if kind == "bundle":
+        return cfg.bundle_workers
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def bulk_depth(cfg: Settings, kind: str) -> int:
+    """Bulk messages of one kind the dispatcher keeps waiting in RQ: enough that no worker idles
+    between two refills, few enough that a content arriving later gets its turn soon."""
+    if cfg.bulk_queue_depth:
+        return cfg.bulk_queue_depth
+    concurrency = {"image": cfg.image.max_concurrency, "tts": cfg.tts.max_concurrency,
+                   "bundle": cfg.bundle_workers}
+    if kind not in concurrency:
+        raise ValueError(f"unknown kind {kind!r}")
+    return 2 * concurrency[kind]
+
+
+def bulk_depths(cfg: Settings) -> dict[str, int]:
+    return {kind: bulk_depth(cfg, kind) for kind in KINDS}
+
+
+def admission_limit(cfg: Settings, lane: str) -> int:
+    """Pending tasks a save of this lane may bring the total to: bulk saves leave the last tenth of
+    MAX_PENDING_TASKS to editors, so an import that fills the system never refuses an editor's save."""
+    if lane == BULK:
+        return max(1, cfg.max_pending_tasks - cfg.max_pending_tasks // 10)
+    return cfg.max_pending_tasks

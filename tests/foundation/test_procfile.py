@@ -1,0 +1,89 @@
+"""The Procfile is the one list of what runs: RQ's own command line for the workers, pools sized to
+the provider's concurrency, and bin/dev running exactly its lines."""
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from bin import devstack
+from pipeline import lanes, settings
+from pipeline.errors import ConfigError
+
+KINDS = {"worker-image": "image", "worker-tts": "tts", "worker-bundle": "bundle"}
+
+
+def argv_of(command: str, env: dict[str, str]) -> list[str]:
+    """The argv `sh` runs for a Procfile command line in this environment."""
+    script = f"set -- {command}; for a in \"$@\"; do printf '%s\\0' \"$a\"; done"
+    out = subprocess.run(["/bin/sh", "-c", script], env={"PATH": os.defpath, **env}, capture_output=True,
+                         check=True).stdout
+    return out.decode().split("\0")[:-1]
+
+
+def test_the_procfile_lists_the_web_app_one_worker_pool_per_kind_and_the_dispatcher():
+    assert [name for name, _ in devstack.read_procfile()] == [
+        "web", "worker-image", "worker-tts", "worker-bundle", "dispatcher"]
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_workers_are_rq_worker_pools_of_our_simple_workers_listening_interactive_first(name):
+    command = dict(devstack.read_procfile())[name]
+    argv = argv_of(command, {"REDIS_URL": "redis://127.0.0.1:6379/0"})
+    assert argv[:2] == ["rq", "worker-pool"]
+    assert argv[argv.index("-w") + 1] == "pipeline.worker.Worker"
+    assert argv[argv.index("--url") + 1] == "redis://127.0.0.1:6379/0"
+    assert argv[-2:] == lanes.worker_queues(KINDS[name])
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"IMAGE_MAX_CONCURRENCY": "6", "TTS_MAX_CONCURRENCY": "2"},
+    {"IMAGE_MAX_CONCURRENCY": "6", "IMAGE_WORKERS": "3", "TTS_WORKERS": "5", "BUNDLE_WORKERS": "2"},
+])
+def test_pool_sizes_follow_the_providers_concurrency_unless_set(env):
+    # the shell's defaults in the Procfile and the settings' defaults say the same
+    cfg = settings.load(env)
+    for name, command in devstack.read_procfile():
+        if name in KINDS:
+            argv = argv_of(command, {**env, "REDIS_URL": "redis://x"})
+            assert int(argv[argv.index("-n") + 1]) == lanes.workers(cfg, KINDS[name]), (name, env)
+
+
+def test_worker_pool_sizes_are_validated_like_every_setting():
+    with pytest.raises(ConfigError, match="IMAGE_WORKERS=0 is out of range"):
+        settings.load({"IMAGE_WORKERS": "0"})
+    with pytest.raises(ConfigError, match="BULK_QUEUE_DEPTH='many' is not a whole number"):
+        settings.load({"BULK_QUEUE_DEPTH": "many"})
+
+
+def test_the_bulk_queues_hold_twice_what_the_workers_of_a_kind_can_take_unless_set():
+    assert lanes.bulk_depths(settings.load({})) == {"image": 8, "tts": 8, "bundle": 2}
+    assert lanes.bulk_depths(settings.load({"IMAGE_MAX_CONCURRENCY": "10"}))["image"] == 20
+    assert set(lanes.bulk_depths(settings.load({"BULK_QUEUE_DEPTH": "3"})).values()) == {3}
+
+
+def test_bin_dev_runs_the_procfiles_own_lines_and_the_reconciler_cron_runs_in_production():
+    children = devstack.processes()
+    expected = [(name, ["/bin/sh", "-c", f"exec {command}"]) for name, command in devstack.read_procfile()]
+    assert [(c.name, c.argv) for c in children] == expected + [
+        ("reconciler", ["/bin/sh", "-c", "exec bin/reconcile --loop 10"])]
+
+
+def test_bin_dev_gives_the_lines_its_servers_its_port_and_the_virtualenv():
+    cfg = settings.load({"PORT": "28001"})
+    env = devstack.process_env({"PATH": "/usr/bin", "DATABASE_URL": "postgresql://d", "REDIS_URL": "redis://r"}, cfg)
+    assert env["PORT"] == "28001" and env["WEB_HOST"] == "127.0.0.1"
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    web = argv_of(dict(devstack.read_procfile())["web"], env)
+    assert web[:3] == ["gunicorn", "--bind", "127.0.0.1:28001"]
+    assert shlex.join(web[-1:]) == "'web:create_app()'"
+
+
+def test_a_malformed_procfile_line_is_refused_naming_the_line(tmp_path):
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("web: gunicorn app\n# a comment\n\nworker rq worker\n")
+    with pytest.raises(ValueError, match="Procfile line 4: expected 'name: command'"):
+        devstack.read_procfile(procfile)
