@@ -132,6 +132,15 @@ SCHEMAS = {
         "blocks": {"type": "array", "items": OBJECT}, "bundle": OBJECT,
         "urls_expire_at": {"type": "string", "format": "date-time",
                            "description": "when the signed media links of this manifest stop working"}}},
+    "Spend": {"type": "object", "properties": {
+        "scope": {"type": "string"}, "content_id": {"type": ["integer", "null"]},
+        "providers": {"type": "array", "items": {"type": "object", "properties": {
+            "provider": {"type": "string"}, "spent_today": {"type": "number"}, "calls_today": {"type": "integer"},
+            "daily_budget": {"type": ["number", "null"]}, "budget_reached": {"type": "boolean"}}}},
+        "content_budget": {"type": ["number", "null"]}, "paused_by_budget": OBJECT,
+        "ledger": {"type": "array", "items": OBJECT}, "totals": OBJECT,
+        "duplicates": {"type": "array", "description": "paid calls for an input already paid for, with consented_by "
+                                                       "(null: nobody accepted the risk)", "items": OBJECT}}},
     "JobInput": {"type": "object", "required": ["theme"], "properties": {
         "theme": {"enum": themes(), "description": "a built-in lesson, by its Chinese or English name"},
         "scenario": {"enum": list(SCENARIOS)},
@@ -164,6 +173,12 @@ def paths() -> dict:
         "/api/contents/{content_id}/delivery": {
             "get": op("The manifest of the approved version", {"200": body(ref("Delivery")), **errors(404, 409)},
                       params=content)},
+        "/api/contents/{content_id}/spend": {
+            "get": op("A content's spend over all its versions: calls, reuses, duplicates and who consented",
+                      {"200": body(ref("Spend")), **errors(404)}, params=content)},
+        "/api/spend": {
+            "get": op("Today's spend: bookings against each provider's daily budget, calls, duplicates",
+                      {"200": body(ref("Spend"))})},
         "/api/tasks/{task_id}": {
             "get": op("A task's timeline, calls and receipts", {"200": body(ref("TaskTimeline")), **errors(404)},
                       params=task, tag="tasks")},
