@@ -35,7 +35,7 @@ def migrate_main(argv: list[str]) -> int:
     try:
         if args.check:
             from pipeline.db import connect
-            with connect(cfg.database_url) as conn:
+            with connect(cfg.database_url, options=settings_mod.session_options(cfg)) as conn:
                 todo = migrations.pending(conn)
             for m in todo:
                 print(f"missing {m.version:04d}_{m.name}")
@@ -82,7 +82,7 @@ def reconcile_main(argv: list[str]) -> int:
     status = 0
     while True:
         try:
-            with connect(cfg.database_url, autocommit=True) as conn:
+            with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
                 report = Reconciler(cfg, conn, providers, batch=args.batch).run()
         except psycopg.OperationalError as exc:
             print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
@@ -111,7 +111,7 @@ def dispatch_main(argv: list[str]) -> int:
     depth = lanes.bulk_depths(cfg)
     if args.once:
         try:
-            with connect(cfg.database_url, autocommit=True) as conn:
+            with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
                 total = 0
                 while (sent := dispatch.send_due(conn, conn_redis, claim_seconds=cfg.dispatch_claim_seconds,
                                                  bulk_depth=depth)):
@@ -122,7 +122,7 @@ def dispatch_main(argv: list[str]) -> int:
         print(f"sent {total}")
         return 0
     stop = _stop_flag()
-    dispatch.run_forever(lambda: connect(cfg.database_url, autocommit=True), conn_redis,
+    dispatch.run_forever(lambda: connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)), conn_redis,
                          claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth)
     return 0
 
@@ -144,7 +144,7 @@ def keys_main(argv: list[str]) -> int:
     from pipeline.db import connect
     from pipeline.errors import InvalidInput, NotFound
     try:
-        with connect(cfg.database_url, autocommit=True) as conn:
+        with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
             if args.command == "create":
                 info, token = keys.create(conn, args.owner, args.role)
                 print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")

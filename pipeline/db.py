@@ -20,10 +20,15 @@ QUERY_DIR = Path(__file__).parent / "queries"
 _HEADER = re.compile(r"^-- (?P<name>[a-z][a-z0-9_]*): (?P<doc>.+)$")
 
 
-def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection:
-    """A connection that returns rows as dicts and fails fast when the server is away."""
+def connect(url: str, *, autocommit: bool = False, options: str = "") -> psycopg.Connection:
+    """A connection that returns rows as dicts and fails fast when the server is away.
+
+    `options` (settings.session_options) bounds its statements, lock waits and idle
+    transactions: a wait that would otherwise be endless becomes an error.
+    """
+    extra = {"options": options} if options else {}
     return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=5,
-                           application_name="mediapipe")
+                           application_name="mediapipe", **extra)
 
 
 def parse_queries(text: str, source: str) -> dict[str, str]:

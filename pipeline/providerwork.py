@@ -27,7 +27,7 @@ from pipeline.engine import Asset, Task
 from pipeline.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, PipelineError, ProviderError, Transient
 from pipeline.fingerprint import idempotency_key
 from pipeline.log import log
-from pipeline.settings import ProviderSettings, Settings
+from pipeline.settings import ProviderSettings, Settings, session_options
 from pipeline.work import WorkContext
 from providers.base import GenerateRequest, Provider, Result
 from providers.registry import ProviderConfig, build_provider
@@ -121,7 +121,7 @@ class ProviderExecutor:
                 kept.setdefault("inherited", []).append(current)
                 current = None
             if current is None or current.closed or current.broken:
-                current = kept["c"] = connect(cfg.database_url, autocommit=True)
+                current = kept["c"] = connect(cfg.database_url, autocommit=True, options=session_options(cfg))
                 kept["pid"] = os.getpid()
             return current
         return cls(cfg, build_providers(cfg), MediaStore(cfg.media_dir), ReceiptBook(cfg.media_dir), conn)

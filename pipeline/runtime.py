@@ -22,7 +22,7 @@ import psycopg
 import redis
 
 from pipeline.db import connect
-from pipeline.settings import Settings, load
+from pipeline.settings import Settings, load, session_options
 from pipeline.work import Executor
 
 
@@ -48,7 +48,8 @@ class Runtime:
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 conn.close()
-            conn = self._conns[name] = connect(self.settings.database_url, autocommit=True)
+            conn = self._conns[name] = connect(self.settings.database_url, autocommit=True,
+                                                       options=session_options(self.settings))
         return conn
 
     def drop(self, name: str = "main") -> None:

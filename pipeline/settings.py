@@ -74,6 +74,9 @@ class Settings:
     dev_pg_port: int = 55432       # bin/dev's embedded PostgreSQL
     dev_redis_port: int = 56379    # bin/dev's embedded Valkey
     max_pending_tasks: int = 10_000
+    db_statement_timeout_ms: int = 30_000       # longest statement on any of our connections
+    db_lock_timeout_ms: int = 5_000             # longest wait for a row or table lock
+    db_idle_in_transaction_ms: int = 60_000     # a transaction left open this long is ended by the server
     lease_seconds: float = 60.0
     heartbeat_seconds: float = 15.0
     deadline_seconds: float = 3600.0
@@ -102,6 +105,12 @@ class Settings:
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
+
+
+def session_options(cfg: "Settings") -> str:
+    """libpq `options` that bound every statement, lock wait and idle transaction of a connection."""
+    return (f"-c statement_timeout={cfg.db_statement_timeout_ms} -c lock_timeout={cfg.db_lock_timeout_ms} "
+            f"-c idle_in_transaction_session_timeout={cfg.db_idle_in_transaction_ms}")
 
 
 def _url(name: str, schemes: tuple[str, ...]) -> Callable[[str], str]:
@@ -245,6 +254,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "dev_pg_port": ("DEV_PG_PORT", _int("DEV_PG_PORT", 1, 65535)),
         "dev_redis_port": ("DEV_REDIS_PORT", _int("DEV_REDIS_PORT", 1, 65535)),
         "max_pending_tasks": ("MAX_PENDING_TASKS", _int("MAX_PENDING_TASKS", 1, 100_000_000)),
+        "db_statement_timeout_ms": ("DB_STATEMENT_TIMEOUT_MS", _int("DB_STATEMENT_TIMEOUT_MS", 100, 86_400_000)),
+        "db_lock_timeout_ms": ("DB_LOCK_TIMEOUT_MS", _int("DB_LOCK_TIMEOUT_MS", 10, 86_400_000)),
+        "db_idle_in_transaction_ms": ("DB_IDLE_IN_TRANSACTION_MS", _int("DB_IDLE_IN_TRANSACTION_MS", 100, 86_400_000)),
         "lease_seconds": ("LEASE_SECONDS", _float("LEASE_SECONDS", 0.5, 86_400)),
         "heartbeat_seconds": ("HEARTBEAT_SECONDS", _float("HEARTBEAT_SECONDS", 0.1, 3600)),
         "deadline_seconds": ("TASK_DEADLINE_SECONDS", _float("TASK_DEADLINE_SECONDS", 1, 30 * 86_400)),

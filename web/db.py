@@ -9,7 +9,7 @@ import redis
 from flask import Flask, current_app, g
 
 from pipeline.db import connect
-from pipeline.settings import Settings
+from pipeline.settings import Settings, session_options
 
 
 def settings() -> Settings:
@@ -22,7 +22,7 @@ def get_conn() -> psycopg.Connection:
         url = settings().database_url
         if not url:
             raise psycopg.OperationalError("DATABASE_URL is not set")
-        g.conn = connect(url, autocommit=True)
+        g.conn = connect(url, autocommit=True, options=session_options(settings()))
     return g.conn
 
 

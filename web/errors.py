@@ -73,6 +73,15 @@ def _database(exc: psycopg.OperationalError) -> Response:
                   headers={"Retry-After": "5"})
 
 
+def _database_busy(exc: psycopg.OperationalError) -> Response:
+    # a statement or a lock wait ran past its bound (DB_STATEMENT_TIMEOUT_MS, DB_LOCK_TIMEOUT_MS):
+    # the transaction was rolled back, nothing was written
+    which = "a lock" if isinstance(exc, psycopg.errors.LockNotAvailable) else "a statement"
+    log("database_busy", path=request.path, error=exc.__class__.__name__)
+    return answer(503, "database_busy", f"the database is busy ({which} took too long); nothing was changed, "
+                                        "retry shortly", headers={"Retry-After": "2"})
+
+
 def _unexpected(exc: Exception) -> Response:
     if isinstance(exc, HTTPException):
         return _http(exc)
@@ -93,5 +102,7 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(CapacityExceeded, _capacity)
     app.register_error_handler(KeyLimitReached, _key_limit)
     app.register_error_handler(psycopg.OperationalError, _database)
+    app.register_error_handler(psycopg.errors.QueryCanceled, _database_busy)
+    app.register_error_handler(psycopg.errors.LockNotAvailable, _database_busy)
     app.register_error_handler(HTTPException, _http)
     app.register_error_handler(Exception, _unexpected)
