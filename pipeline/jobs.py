@@ -134,6 +134,8 @@ def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[i
     except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
         outcome = engine.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
                                       now=datetime.now(timezone.utc))
+        log("attempt_failed", task_id=task.id, attempt=task.attempts, lease_token=task.lease_token,
+            error=exc.__class__.__name__, status=outcome.status.value)
         return outcome.status.value, []
     status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id)
     return status.value, unblocked

@@ -33,6 +33,35 @@ def progress(counts: dict[str, int]) -> dict:
             "counts": {s: counts[s] for s in STATUS_ORDER if counts.get(s)}}
 
 
+FINISHED = ("complete", "failed", "cancelled", "superseded")   # nothing moves on without a person's action
+
+
+def version_status(tasks: Iterable[tuple[str, str]], cancel_requested: bool = False) -> str:
+    """One word for a version's state, from its tasks' (kind, status). Pure.
+
+    in_progress (cancelling, once a cancel was asked) while work can still go on; then complete
+    when every task succeeded; else needs_decision (an unknown outcome waits for a person),
+    failed, cancelled or superseded, in that order. A bundle that waits on failed or unknown
+    media is blocked, not in progress.
+    """
+    tasks = list(tasks)
+    media = Counter(status for kind, status in tasks if kind != "bundle")
+    bundle = Counter(status for kind, status in tasks if kind == "bundle")
+    pending = ("ready", "running", "retry")
+    media_done = not any(media.get(s) for s in (*pending, "unknown", "failed", "cancelled", "superseded"))
+    if any(media.get(s) for s in pending) or any(bundle.get(s) for s in ("running", "retry")) \
+            or (bundle.get("ready") and media_done):
+        return "cancelling" if cancel_requested else "in_progress"
+    everything = media + bundle
+    if everything and set(everything) == {"succeeded"}:
+        return "complete"
+    for status, word in (("unknown", "needs_decision"), ("failed", "failed"), ("cancelled", "cancelled"),
+                         ("superseded", "superseded")):
+        if everything.get(status):
+            return word
+    return "in_progress"
+
+
 def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0) -> dict:
     with conn.transaction():
         rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset})
@@ -110,6 +139,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
             "is_approved": number == head["approved_version"], "approved_at": row["approved_at"],
             "approved_by": row["approved_by"], "cancel_requested_at": row["cancel_requested_at"],
             "cancel_requested_by": row["cancel_requested_by"],
+            "status": version_status(((t["kind"], t["status"]) for t in docs), row["cancel_requested_at"] is not None),
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
             "bundle": by_block.get(("bundle", None)), "approvable": not blockers, "approval_blockers": blockers,
             "running": any(t["status"] in ("ready", "running", "retry") for t in docs),

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db, lanes
+from pipeline.overview import FINISHED, version_status
 from pipeline.content import Draft, ProviderInfo, plan_tasks, stamped
 from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
@@ -177,6 +178,11 @@ def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: st
         row = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
         if row is None:
             raise NotFound(f"content {content_id} has no version {version}")
+        state = version_status((t["kind"], t["status"]) for t in db.all(
+            conn, "tasks_of_version_locked", {"content_id": content_id, "version": version}))
+        if state in FINISHED:
+            raise Conflict(f"version {version} is {state.replace('_', ' ')}: nothing is left to cancel, and nothing "
+                           "was changed", code="nothing_to_cancel")
         db.execute(conn, "versions_request_cancel", {"content_id": content_id, "version": version, "actor": actor})
         moved = db.all(conn, "tasks_cancel_waiting", {"content_id": content_id, "version": version, "actor": actor})
     return len(moved)

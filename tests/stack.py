@@ -103,7 +103,7 @@ class DevStack:
               **env: str) -> "DevStack":
         full = {**{k: v for k, v in os.environ.items() if not k.startswith(("IMAGE_", "TTS_"))},
                 "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
-                "PORT": str(port), "SECRET_KEY": "stack-test-secret-0123456789", "PYTHONPATH": str(ROOT), **env}
+                "PORT": str(port), "SECRET_KEY": "stack-test-secret-0123456789-abcdefghijkl", "PYTHONPATH": str(ROOT), **env}
         stack = cls(full, port, log)
         with connect(database_url, autocommit=True) as conn:
             stack.api_key = keys.create(conn, "editor@stack", "editor")[1]

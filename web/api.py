@@ -39,7 +39,8 @@ def send_fast(outbox_ids: tuple[int, ...] | list[int]) -> None:
 
 def accepted(saved: Saved, **extra: object) -> Response:
     location = url_for("api.get_version", content_id=saved.content_id, version=saved.version)
-    body = {"content_id": saved.content_id, "version": saved.version, "status_url": location,
+    body = {"content_id": saved.content_id, "version": saved.version, "status": "in_progress" if saved.created
+            else overview.version(get_conn(), saved.content_id, saved.version)["status"], "status_url": location,
             "content_url": url_for("api.get_content", content_id=saved.content_id),
             "board_url": url_for("ui.board", content_id=saved.content_id, version=saved.version), **extra}
     response = jsonify(body)

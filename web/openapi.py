@@ -93,7 +93,9 @@ SCHEMAS = {
                          "description": "the version the edit starts from; 409 unless it is the latest"}}}]},
     "Accepted": {"type": "object", "required": ["content_id", "version", "status_url"], "properties": {
         "content_id": {"type": "integer"}, "version": {"type": "integer"}, "status_url": {"type": "string"},
-        "content_url": {"type": "string"}, "board_url": {"type": "string"}}},
+        "status": ref("VersionStatus"), "content_url": {"type": "string"}, "board_url": {"type": "string"}}},
+    "VersionStatus": {"enum": ["in_progress", "cancelling", "complete", "needs_decision", "failed", "cancelled",
+                               "superseded"]},
     "Progress": {"type": "object", "properties": {"total": {"type": "integer"}, "succeeded": {"type": "integer"},
                                                   "percent": {"type": "integer"}, "counts": OBJECT}},
     "ContentList": {"type": "object", "properties": {"items": {"type": "array", "items": OBJECT},
@@ -110,7 +112,8 @@ SCHEMAS = {
         "sha256": {"type": ["string", "null"]}, "asset_url": {"type": ["string", "null"]},
         "events": {"type": "array", "items": OBJECT}}},
     "Version": {"type": "object", "properties": {
-        "content_id": {"type": "integer"}, "version": {"type": "integer"}, "progress": ref("Progress"),
+        "content_id": {"type": "integer"}, "version": {"type": "integer"}, "status": ref("VersionStatus"),
+        "progress": ref("Progress"),
         "tasks": {"type": "array", "items": ref("Task")}, "approvable": {"type": "boolean"},
         "approval_blockers": {"type": "array", "items": {"type": "string"}}, "spend": OBJECT}},
     "TaskTimeline": {"allOf": [ref("Task"), {"type": "object", "properties": {

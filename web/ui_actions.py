@@ -104,7 +104,11 @@ def approve(content_id: int, version: int):
 @bp.post("/contents/<id:content_id>/versions/<ver:version>/cancel")
 def cancel(content_id: int, version: int):
     need("edit")
-    count = versions.cancel(get_conn(), content_id, version, actor=g.user.owner)
+    try:
+        count = versions.cancel(get_conn(), content_id, version, actor=g.user.owner)
+    except Conflict as exc:
+        flash(str(exc), "error")
+        return _back_to_board(content_id, version)
     flash(f"Version {version} cancelled: {count} waiting tasks stopped now; a running one stops at its next "
           "check.", "ok")
     return _back_to_board(content_id, version)

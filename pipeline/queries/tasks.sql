@@ -113,6 +113,10 @@ WITH moved AS (
 )
 SELECT * FROM moved;
 
+-- tasks_of_version_locked: a version's tasks' kinds and statuses, locked so a cancel decides on what stays
+SELECT kind::text AS kind, status::text AS status FROM tasks
+WHERE content_id = %(content_id)s AND version = %(version)s FOR NO KEY UPDATE;
+
 -- tasks_cancel_waiting: a cancelled version's waiting tasks are cancelled at once
 WITH moved AS (
     UPDATE tasks t SET waiting_for = NULL, status = 'cancelled', updated_at = now()

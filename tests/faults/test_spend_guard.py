@@ -67,11 +67,17 @@ def test_a_quick_resave_pays_once_for_every_input_that_was_in_flight(system, fak
     executed = paid_inputs(fake)
     assert max(executed.values()) == 1, [k for k, n in executed.items() if n > 1]
     assert executed[("image", "第2段：我们在学校学习汉语。")] == executed[("audio", "第2段：我们在学校学习汉语。")] == 1
+    unchanged = [(endpoint, text) for endpoint in ("image", "audio")
+                 for text in ("第1段：我们在学校学习。", "第3段：我们在学校学习。")]
+    assert [executed[key] for key in unchanged] == [1, 1, 1, 1]
     with guarded.db() as conn:
         reused = conn.execute("SELECT count(*) AS n FROM provider_calls c JOIN tasks t ON t.id = c.task_id "
                               "WHERE t.content_id = %s AND t.version = 2 AND c.outcome = 'reused'",
                               (first.content_id,)).fetchone()["n"]
-    assert reused == 4   # blocks 1 and 3, image and narration, made once for version 1
+    if timing == "held in flight":
+        assert reused == 4   # blocks 1 and 3, image and narration, in flight for version 1 at the re-save
+    else:   # on a slow machine a call may not have started by then: version 2 makes it, once
+        assert 1 <= reused <= 4
 
 
 def test_racing_workers_never_pass_the_daily_budget_and_paused_work_resumes_when_it_is_raised(system, fake):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.errors import Ambiguous, Permanent
+from pipeline.overview import version_status
 from tests.helpers import lesson
 
 
@@ -231,3 +234,37 @@ def test_cancelling_a_version_cancels_its_waiting_tasks(api, conn):
 
 def test_cancelling_an_unknown_version_is_404(api):
     assert api.post("/api/contents/5/versions/1/cancel", role="editor").status_code == 404
+
+
+def test_cancelling_a_finished_version_is_409_and_keeps_its_failed_tasks_retryable(api, work):
+    created = api.create(1)
+    tasks = tasks_of(api, created)
+    work.executor.script[tasks["image:b1"]["id"]] = [Permanent("refused")]
+    work.until_idle()
+    assert api.get(created["status_url"]).json["status"] == "failed"
+    response = api.post(created["status_url"] + "/cancel", role="editor")
+    assert response.status_code == 409 and response.json["error"]["code"] == "nothing_to_cancel"
+    assert api.get(created["status_url"]).json["cancel_requested_at"] is None
+    assert api.post(f"/api/tasks/{tasks['image:b1']['id']}/retry", role="editor").status_code == 202
+
+
+def test_a_version_says_its_status_from_accepted_to_complete(api, work):
+    created = api.create(1)
+    assert created["status"] == "in_progress"
+    assert api.get(created["status_url"]).json["status"] == "in_progress"
+    work.until_idle()
+    assert api.get(created["status_url"]).json["status"] == "complete"
+
+
+@pytest.mark.parametrize("tasks,cancel,expected", [
+    ([("image", "running"), ("tts", "succeeded"), ("bundle", "ready")], False, "in_progress"),
+    ([("image", "running"), ("bundle", "ready")], True, "cancelling"),
+    ([("image", "succeeded"), ("tts", "succeeded"), ("bundle", "ready")], False, "in_progress"),
+    ([("image", "succeeded"), ("tts", "succeeded"), ("bundle", "succeeded")], False, "complete"),
+    ([("image", "unknown"), ("tts", "failed"), ("bundle", "ready")], False, "needs_decision"),
+    ([("image", "failed"), ("tts", "succeeded"), ("bundle", "ready")], False, "failed"),
+    ([("image", "cancelled"), ("bundle", "cancelled")], True, "cancelled"),
+    ([("image", "superseded"), ("bundle", "superseded")], False, "superseded"),
+])
+def test_a_versions_status_is_one_word_from_its_tasks(tasks, cancel, expected):
+    assert version_status(tasks, cancel) == expected
