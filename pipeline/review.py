@@ -16,7 +16,7 @@ from typing import Iterable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import bundle, db, lanes
+from pipeline import bundle, db, lanes, versions
 from pipeline.errors import Conflict, NotFound, StaleTransition
 from pipeline.settings import Settings
 from pipeline.states import PENDING, TaskStatus, check_transition
@@ -140,6 +140,7 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
                task_id=task_id, details={"dead_letter": dead, "max_attempts": row["max_attempts"]} if dead
                else {"max_attempts": row["max_attempts"]})
         db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
+        versions.admit(conn, cfg, 1, lanes.INTERACTIVE)   # work added like a save's: over capacity, nothing changes
         outbox = []
         if not db.scalar(conn, "tasks_unmet_dependencies", {"task_id": task_id}):
             # an editor's retry is interactive work, whatever lane its version was saved in

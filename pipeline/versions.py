@@ -114,7 +114,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
     if key_id is not None:
         _admit_key(conn, cfg, key_id)
-    _admit(conn, cfg, len(plan), lane)
+    admit(conn, cfg, len(plan), lane)
     fast = tuple(outbox) if lane == lanes.INTERACTIVE else ()
     return Saved(content_id, number, created=True, outbox_ids=fast, superseded=len(superseded), lane=lane)
 
@@ -135,7 +135,7 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: 
     return [row["id"] for row in queued]
 
 
-def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
+def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
     """Admission, last in the save: the lock is held only for the count and the commit.
 
     Saves serialise on the lock, and the count runs after it is granted, so it sees every
@@ -147,7 +147,7 @@ def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> N
     limit = lanes.admission_limit(cfg, lane)
     if pending > limit:
         excess = pending - limit
-        raise CapacityExceeded(f"{pending - adding} tasks are pending and this save adds {adding}; the limit is "
+        raise CapacityExceeded(f"{pending - adding} tasks are pending and this adds {adding}; the limit is "
                                f"{limit}{' for bulk saves' if lane == lanes.BULK else ''}",
                                retry_after=_retry_after(conn, excess))
 

@@ -129,7 +129,7 @@ def retry(task_id: int):
         send_fast(reopened.outbox_ids)
         flash(f"Task {task_id} will run again (attempt budget now {reopened.max_attempts})"
               + (", with the duplicate-charge risk accepted by you." if accept else "."), "ok")
-    except Conflict as exc:
+    except (Conflict, CapacityExceeded) as exc:
         flash(f"Not retried: {exc}", "error")
     return _task_redirect(task_id)
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import Ambiguous, Permanent
+from pipeline import runtime
 from pipeline.overview import version_status
+from receipts.media import MediaStore
+from tests.helpers import ControlledExecutor
+from tests.web.conftest import Api, Work, make_app
 from tests.helpers import lesson
 
 
@@ -268,3 +272,26 @@ def test_a_version_says_its_status_from_accepted_to_complete(api, work):
 ])
 def test_a_versions_status_is_one_word_from_its_tasks(tasks, cancel, expected):
     assert version_status(tasks, cancel) == expected
+
+
+def test_a_manual_retry_over_capacity_is_503_and_changes_nothing(database_url, redis_url, tmp_path, tokens, conn):
+    # given: room for four pending tasks; a failed image whose bundle waits, and another lesson queued
+    app = make_app(database_url, redis_url, tmp_path / "media", MAX_PENDING_TASKS="4")
+    cfg = app.config["SETTINGS"]
+    executor = ControlledExecutor(MediaStore(tmp_path / "media"))
+    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    first = api.create(1)
+    image = tasks_of(api, first)["image:b1"]["id"]
+    work.executor.script[image] = [Permanent("refused")]
+    work.until_idle()
+    api.create(1)   # three more pending: four in all, the limit
+    # when: an editor retries the failed image
+    response = api.post(f"/api/tasks/{image}/retry", role="editor")
+    # then: 503 with Retry-After, and the task is still failed with its dead letter
+    assert response.status_code == 503 and int(response.headers["Retry-After"]) >= 1
+    assert conn.execute("SELECT status FROM tasks WHERE id = %s", (image,)).fetchone()["status"] == "failed"
+    assert conn.execute("SELECT count(*) AS n FROM dead_letters WHERE task_id = %s", (image,)).fetchone()["n"] == 1
+    # and once the queue drains, the same retry is accepted
+    work.until_idle()
+    assert api.post(f"/api/tasks/{image}/retry", role="editor").status_code == 202
+    runtime.install(None)
