@@ -211,4 +211,5 @@ def gauges(conn: psycopg.Connection) -> dict:
         db.execute(conn, "metric_counters_fold")
     with conn.transaction():
         return {"tasks": db.all(conn, "metrics_tasks_by_status"), "snapshot": db.one(conn, "metrics_snapshot"),
-                "calls": db.all(conn, "metrics_calls_by_outcome"), "waits": db.all(conn, "metrics_waits")}
+                "calls": db.all(conn, "metrics_calls_by_outcome"), "waits": db.all(conn, "metrics_waits"),
+                "latency": db.all(conn, "metrics_latency_buckets")}

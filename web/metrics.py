@@ -16,7 +16,7 @@ from typing import Iterator
 
 from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from pipeline import overview
 from pipeline.states import TaskKind, TaskStatus
@@ -83,6 +83,35 @@ class DatabaseCollector:
         for reason in ("busy", "input", "budget"):
             waits.add_metric([reason], seen.get(reason, 0))
         yield waits
+        yield from latency_histograms(self.reading["latency"])
+
+
+BUCKETS = ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf")
+HISTOGRAMS = {   # counter name -> (metric, help, label)
+    "latency_accepted_to_started": ("mediapipe_task_accepted_to_started_seconds",
+                                    "From the save to a task's first claim by a worker", "kind"),
+    "latency_run": ("mediapipe_task_run_seconds", "One attempt, from its claim to its end", "kind"),
+    "latency_save_to_done": ("mediapipe_version_save_to_done_seconds",
+                             "From the save to the last task (the bundle) done", "lane"),
+}
+
+
+def latency_histograms(rows: list[dict]) -> Iterator[Metric]:
+    """Prometheus histograms from per-bucket rows: cumulative buckets, a count and a sum per label."""
+    found: dict[tuple[str, str], dict[str, tuple[int, float]]] = {}
+    for row in rows:
+        found.setdefault((row["name"], row["label"]), {})[row["le"]] = (int(row["n"]), float(row["total"]))
+    for name, (metric, doc, label) in HISTOGRAMS.items():
+        family = HistogramMetricFamily(metric, doc, labels=[label])
+        for (counter, value), buckets in sorted(found.items()):
+            if counter != name:
+                continue
+            running, cumulative = 0, []
+            for le in BUCKETS:
+                running += buckets.get(le, (0, 0.0))[0]
+                cumulative.append((le, running))
+            family.add_metric([value], cumulative, sum(total for _, total in buckets.values()))
+        yield family
 
 
 def _may_scrape() -> None:

@@ -28,6 +28,10 @@ SELECT
 -- metrics_waits: waits that spend no attempt (busy provider, same input in flight, budget), from the counters
 SELECT outcome AS waiting_for, sum(n) AS n FROM metric_counters WHERE name = 'waits' GROUP BY 1;
 
+-- metrics_latency_buckets: the latency histograms' bucket rows (observations per bucket, not cumulative)
+SELECT name, provider AS label, outcome AS le, sum(n) AS n, sum(cost)::float AS total FROM metric_counters
+WHERE name LIKE 'latency\_%%' GROUP BY 1, 2, 3;
+
 -- metrics_calls_by_outcome: the call ledger's counts and costs by provider and outcome, from the counters
 -- its trigger keeps (schema/0002_security.sql), never from the ledger itself
 SELECT provider, outcome, sum(n) AS n, sum(cost)::float AS cost FROM metric_counters

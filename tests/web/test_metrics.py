@@ -78,3 +78,36 @@ def test_waits_that_spend_no_attempt_are_counted_apart_from_retries(api, work):
     assert samples[("mediapipe_task_waits_total", (("waiting_for", "busy"),))] == 1
     assert samples[("mediapipe_task_waits_total", (("waiting_for", "budget"),))] == 1
     assert samples[("mediapipe_task_waits_total", (("waiting_for", "input"),))] == 0
+
+
+def test_latency_histograms_follow_real_work_from_save_to_done(api, work):
+    created = api.create(1)
+    work.until_idle()
+    assert api.get(created["status_url"]).json["status"] == "complete"
+    samples = scrape(api)
+    for kind in ("image", "tts", "bundle"):
+        assert samples[("mediapipe_task_accepted_to_started_seconds_count", (("kind", kind),))] == 1
+        assert samples[("mediapipe_task_run_seconds_count", (("kind", kind),))] == 1
+        assert samples[("mediapipe_task_run_seconds_bucket", (("kind", kind), ("le", "+Inf")))] == 1
+    assert samples[("mediapipe_version_save_to_done_seconds_count", (("lane", "interactive"),))] == 1
+    total = samples[("mediapipe_version_save_to_done_seconds_sum", (("lane", "interactive"),))]
+    assert 0 < total < 60
+    # buckets are cumulative: a bucket never holds fewer than the one below it
+    buckets = [samples[("mediapipe_task_run_seconds_bucket", (("kind", "image"), ("le", le)))]
+               for le in ("0.1", "1", "10", "+Inf")]
+    assert buckets == sorted(buckets)
+
+
+def test_the_example_alert_rules_name_only_series_the_app_exports(api, work, conn):
+    import re
+    from pathlib import Path
+
+    from pipeline.reconcile import Reconciler
+
+    api.create(1)
+    work.until_idle()
+    Reconciler(work.settings, conn, {}).run()   # the reconcile age exists once a run finished
+    exported = {name for name, _ in scrape(api)}
+    rules = (Path(__file__).resolve().parents[2] / "docs" / "alerts.yml").read_text()
+    named = set(re.findall(r"\bmediapipe_[a-z_]+", rules))
+    assert named and named <= exported, named - exported
