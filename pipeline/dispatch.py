@@ -29,6 +29,7 @@ from pipeline.log import log
 from pipeline.settings import Settings
 
 JOB_FUNC = "pipeline.jobs.run_task"
+STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
 QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
 DEFAULT_BULK_DEPTH = bulk_depths(Settings())
 
@@ -61,7 +62,14 @@ def _send(conn: psycopg.Connection, conn_redis: redis.Redis, claim_query: str, p
         rows = db.all(conn, claim_query, {**params, "claim_token": token, "claim_seconds": claim_seconds})
     if not rows:
         return 0
-    enqueue(conn_redis, rows)
+    try:
+        enqueue(conn_redis, rows)
+    except redis.RedisError as exc:
+        # the claims run out and the rows are tried again; each try is counted on the row
+        stuck = [r["id"] for r in rows if r["send_attempts"] >= STUCK_AFTER]
+        log("dispatch_failed", outbox_ids=[r["id"] for r in rows], error=exc.__class__.__name__,
+            most_attempts=max(r["send_attempts"] for r in rows), stuck=stuck or None)
+        raise
     with conn.transaction():
         sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
     for row in rows:

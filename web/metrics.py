@@ -32,6 +32,7 @@ SNAPSHOT_GAUGES = {
     "oldest_ready_seconds": ("mediapipe_oldest_ready_task_age_seconds",
                              "Age of the oldest task that is due and runnable but not yet claimed"),
     "outbox_unsent": ("mediapipe_outbox_unsent", "Outbox messages not yet sent to RQ"),
+    "outbox_stuck": ("mediapipe_outbox_stuck", "Unsent outbox messages whose send to Redis failed 3 times or more"),
     "outbox_oldest_seconds": ("mediapipe_outbox_oldest_unsent_age_seconds", "Age of the oldest unsent outbox message"),
     "expired_leases": ("mediapipe_expired_leases", "Running tasks whose lease ran out (the reconciler's work)"),
     "unknown_tasks": ("mediapipe_unknown_tasks", "Tasks whose provider outcome is unknown"),

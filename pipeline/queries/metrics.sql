@@ -13,6 +13,7 @@ SELECT
        AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks x ON x.id = d.depends_on
                        WHERE d.task_id = t.id AND x.status <> 'succeeded'))::float AS oldest_ready_seconds,
     (SELECT count(*) FROM outbox WHERE sent_at IS NULL) AS outbox_unsent,
+    (SELECT count(*) FROM outbox WHERE sent_at IS NULL AND send_attempts >= 3) AS outbox_stuck,
     (SELECT extract(epoch FROM now() - min(created_at)) FROM outbox WHERE sent_at IS NULL)::float
         AS outbox_oldest_seconds,
     (SELECT count(*) FROM tasks WHERE status = 'running' AND lease_until < now()) AS expired_leases,

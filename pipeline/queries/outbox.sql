@@ -17,7 +17,7 @@ ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 
 -- outbox_claim: due, unsent interactive rows nobody holds (or whose holder's claim expired), under a fresh claim token
-UPDATE outbox o SET claim_token = %(claim_token)s,
+UPDATE outbox o SET claim_token = %(claim_token)s, send_attempts = o.send_attempts + 1,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (SELECT id FROM outbox
       WHERE sent_at IS NULL AND lane = 'interactive' AND available_at <= now()
@@ -25,17 +25,17 @@ FROM (SELECT id FROM outbox
       ORDER BY available_at, id LIMIT %(limit)s
       FOR UPDATE SKIP LOCKED) due
 WHERE o.id = due.id
-RETURNING o.id, o.task_id, o.queue, o.lane;
+RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
 
 -- outbox_claim_ids: claim specific interactive rows (the fast path after a save), unless someone holds them
-UPDATE outbox o SET claim_token = %(claim_token)s,
+UPDATE outbox o SET claim_token = %(claim_token)s, send_attempts = o.send_attempts + 1,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (SELECT id FROM outbox
       WHERE id = ANY(%(ids)s) AND sent_at IS NULL AND lane = 'interactive' AND available_at <= now()
         AND (claim_until IS NULL OR claim_until < now())
       FOR UPDATE SKIP LOCKED) due
 WHERE o.id = due.id
-RETURNING o.id, o.task_id, o.queue, o.lane;
+RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
 
 -- outbox_bulk_try_lock: one dispatcher at a time meters the bulk lane (session lock, released after the enqueue)
 SELECT pg_try_advisory_lock(7411004) AS locked;
@@ -46,7 +46,7 @@ SELECT pg_advisory_unlock(7411004);
 -- outbox_claim_bulk: due bulk rows, contents taking turns, at most room_<kind> rows per kind: each content's
 -- oldest row of a kind first, and among contents the one whose bulk message of that kind was sent longest
 -- ago (or never) first; so a content that arrives behind a big import is served at the next free place
-UPDATE outbox o SET claim_token = %(claim_token)s,
+UPDATE outbox o SET claim_token = %(claim_token)s, send_attempts = o.send_attempts + 1,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (
     WITH due AS (
@@ -73,7 +73,7 @@ FROM (
                               ELSE %(room_bundle)s END
 ) picked
 WHERE o.id = picked.id AND o.sent_at IS NULL AND (o.claim_until IS NULL OR o.claim_until < now())
-RETURNING o.id, o.task_id, o.queue, o.lane;
+RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
 
 -- outbox_mark_sent: record the enqueue, only for rows this claim still holds
 -- (it must not touch the task row: a worker claiming that task right now skips locked rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.errors import Ambiguous, BudgetReached, Busy, Transient
@@ -111,3 +112,25 @@ def test_the_example_alert_rules_name_only_series_the_app_exports(api, work, con
     rules = (Path(__file__).resolve().parents[2] / "docs" / "alerts.yml").read_text()
     named = set(re.findall(r"\bmediapipe_[a-z_]+", rules))
     assert named and named <= exported, named - exported
+
+
+def test_outbox_rows_that_keep_failing_to_reach_redis_are_counted_as_stuck(api, conn, redis_url):
+    import redis as redis_lib
+    from bin.embedded import free_port
+    from pipeline import dispatch
+    from tests.helpers import wait_until
+
+    api.create(1)
+    conn.execute("UPDATE outbox SET sent_at = NULL")   # as if the fast path had found Redis away
+    away = redis_lib.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5)
+    for attempt in range(3):
+        wait_until(lambda: conn.execute("SELECT bool_and(claim_until IS NULL OR claim_until < now()) AS free "
+                                        "FROM outbox").fetchone()["free"], message="the claims running out")
+        with pytest.raises(redis_lib.RedisError):
+            dispatch.send_due(conn, away, claim_seconds=0.1)
+    assert scrape(api)[("mediapipe_outbox_stuck", ())] == 2   # the image's and the narration's messages
+    # Redis back: the rows are sent and nothing is stuck
+    wait_until(lambda: conn.execute("SELECT bool_and(claim_until < now()) AS free FROM outbox").fetchone()["free"],
+               message="the claims running out")
+    assert dispatch.send_due(conn, redis_lib.Redis.from_url(redis_url), claim_seconds=5) == 2
+    assert scrape(api)[("mediapipe_outbox_stuck", ())] == 0

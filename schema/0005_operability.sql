@@ -1,4 +1,6 @@
--- Latency histograms for /metrics, kept like the other counters (schema/0002_security.sql): the
+-- Operability: latency histograms for /metrics, and outbox rows that count their send attempts.
+--
+-- Latency histograms are kept like the other counters (schema/0002_security.sql): the
 -- events trigger adds each observation to a bucket row of its backend, so a scrape reads a few
 -- rows and never the event history. Rows of metric_counters with a histogram's name use
 -- `provider` for the label (a task kind, or a lane), `outcome` for the bucket's upper bound
@@ -47,3 +49,7 @@ END $$;
 CREATE TRIGGER events_latency AFTER INSERT ON events FOR EACH ROW
     WHEN (NEW.task_id IS NOT NULL AND (NEW.to_status = 'running' OR NEW.from_status = 'running'))
     EXECUTE FUNCTION metric_observe_latency();
+
+-- Each claim of an outbox row for sending counts one attempt, so a row that keeps failing to
+-- reach Redis is visible (/metrics: mediapipe_outbox_stuck) instead of being retried in silence.
+ALTER TABLE outbox ADD COLUMN send_attempts integer NOT NULL DEFAULT 0 CHECK (send_attempts >= 0);
