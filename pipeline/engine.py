@@ -39,6 +39,7 @@ class Task:
     deadline_at: datetime
     lease_token: uuid.UUID
     lease_until: datetime
+    attempt_ends_at: datetime | None = None   # the heartbeat stops and the call ends by then
 
     @classmethod
     def from_row(cls, row: dict) -> "Task":
@@ -56,11 +57,15 @@ class Asset:
 
 
 def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
-          rq_job_id: str | None = None) -> Task | None:
-    """Take the task for one attempt, or None when it is not runnable now (nothing is changed then)."""
+          rq_job_id: str | None = None, attempt_seconds: float = 86_400.0) -> Task | None:
+    """Take the task for one attempt, or None when it is not runnable now (nothing is changed then).
+
+    The attempt ends at the latest `attempt_seconds` after the claim, or at the task's deadline.
+    """
     with conn.transaction():
         row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
-                                           "lease_seconds": lease_seconds, "rq_job_id": rq_job_id})
+                                           "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
+                                           "attempt_seconds": attempt_seconds})
     return Task.from_row(row) if row else None
 
 

@@ -80,7 +80,7 @@ def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None
     for attempt in (1, 2):  # a PostgreSQL restart breaks the kept connection once
         try:
             return engine.claim(rt.conn(), task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds,
-                                rq_job_id=job_id)
+                                rq_job_id=job_id, attempt_seconds=rt.settings.attempt_ceiling_seconds)
         except psycopg.OperationalError:
             rt.drop()
             if attempt == 2:

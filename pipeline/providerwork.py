@@ -137,7 +137,8 @@ class ProviderExecutor:
         settings: ProviderSettings = getattr(self.cfg, task.kind)
         name = f"{provider.name}:{task.kind}"
         try:  # nothing has reached the provider yet: any failure here is Transient, Busy or BudgetReached
-            request = request_for(task, seconds_left=(task.deadline_at - datetime.now(timezone.utc)).total_seconds())
+            request = request_for(task, seconds_left=(min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
+                                                      - datetime.now(timezone.utc)).total_seconds())
             replay = settings.honours_idempotency_key and bool(
                 db.scalar(self.conn(), "provider_calls_key_charged", {"idempotency_key": request.idempotency_key}))
             slot, holder, booking = self.limits.take(name, settings, lambda conn: None if replay else spend.book(

@@ -81,6 +81,7 @@ class Settings:
     heartbeat_seconds: float = 15.0
     deadline_seconds: float = 3600.0
     max_attempts: int = 3
+    attempt_ceiling_seconds: float = 0.0     # 0: the longest provider call timeout + 60 s (see load)
     backoff_base_seconds: float = 1.0
     backoff_cap_seconds: float = 30.0
     dispatch_claim_seconds: float = 30.0
@@ -261,6 +262,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "heartbeat_seconds": ("HEARTBEAT_SECONDS", _float("HEARTBEAT_SECONDS", 0.1, 3600)),
         "deadline_seconds": ("TASK_DEADLINE_SECONDS", _float("TASK_DEADLINE_SECONDS", 1, 30 * 86_400)),
         "max_attempts": ("MAX_ATTEMPTS", _int("MAX_ATTEMPTS", 1, 100)),
+        "attempt_ceiling_seconds": ("ATTEMPT_CEILING_SECONDS", _float("ATTEMPT_CEILING_SECONDS", 1, 86_400)),
         "backoff_base_seconds": ("BACKOFF_BASE_SECONDS", _float("BACKOFF_BASE_SECONDS", 0, 3600)),
         "backoff_cap_seconds": ("BACKOFF_CAP_SECONDS", _float("BACKOFF_CAP_SECONDS", 0, 3600)),
         "dispatch_claim_seconds": ("DISPATCH_CLAIM_SECONDS", _float("DISPATCH_CLAIM_SECONDS", 0.1, 3600)),
@@ -286,6 +288,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     base = Settings()
     values["image"] = _provider(env, "IMAGE", base.image)
     values["tts"] = _provider(env, "TTS", base.tts)
+    if "attempt_ceiling_seconds" not in values:   # long enough for the slowest call the providers allow
+        values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
     settings = Settings(**values)
     if settings.heartbeat_seconds >= settings.lease_seconds:
         raise ConfigError(

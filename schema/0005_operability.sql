@@ -53,3 +53,8 @@ CREATE TRIGGER events_latency AFTER INSERT ON events FOR EACH ROW
 -- Each claim of an outbox row for sending counts one attempt, so a row that keeps failing to
 -- reach Redis is visible (/metrics: mediapipe_outbox_stuck) instead of being retried in silence.
 ALTER TABLE outbox ADD COLUMN send_attempts integer NOT NULL DEFAULT 0 CHECK (send_attempts >= 0);
+
+-- Every attempt ends: the claim fixes when (its ceiling, never past the task's deadline); the
+-- heartbeat renews the lease only before then, so a stuck attempt loses its lease and the
+-- reconciler moves the task on by the usual evidence rules.
+ALTER TABLE tasks ADD COLUMN attempt_ends_at timestamptz;

@@ -35,6 +35,8 @@ SNAPSHOT_GAUGES = {
     "outbox_stuck": ("mediapipe_outbox_stuck", "Unsent outbox messages whose send to Redis failed 3 times or more"),
     "outbox_oldest_seconds": ("mediapipe_outbox_oldest_unsent_age_seconds", "Age of the oldest unsent outbox message"),
     "expired_leases": ("mediapipe_expired_leases", "Running tasks whose lease ran out (the reconciler's work)"),
+    "oldest_running_seconds": ("mediapipe_oldest_running_task_age_seconds",
+                               "Time since the oldest running task was claimed (0 when none runs)"),
     "unknown_tasks": ("mediapipe_unknown_tasks", "Tasks whose provider outcome is unknown"),
     "reconcile_age_seconds": ("mediapipe_last_reconcile_age_seconds", "Time since the last reconcile run finished"),
     "reconcile_duration_seconds": ("mediapipe_last_reconcile_duration_seconds", "Duration of the last reconcile run"),

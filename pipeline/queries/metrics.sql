@@ -17,6 +17,8 @@ SELECT
     (SELECT extract(epoch FROM now() - min(created_at)) FROM outbox WHERE sent_at IS NULL)::float
         AS outbox_oldest_seconds,
     (SELECT count(*) FROM tasks WHERE status = 'running' AND lease_until < now()) AS expired_leases,
+    (SELECT extract(epoch FROM now() - min(updated_at)) FROM tasks WHERE status = 'running')::float
+        AS oldest_running_seconds,
     (SELECT count(*) FROM tasks WHERE status = 'unknown') AS unknown_tasks,
     (SELECT sum(n) FROM metric_counters WHERE name = 'retries') AS retries,
     (SELECT sum(n) FROM metric_counters WHERE name = 'manual_retries') AS manual_retries,

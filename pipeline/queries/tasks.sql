@@ -51,7 +51,8 @@ WITH candidate AS (
 ), claimed AS (
     UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
            lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
-           worker = %(worker)s, waiting_for = NULL, updated_at = now()
+           worker = %(worker)s, waiting_for = NULL, updated_at = now(),
+           attempt_ends_at = least(t.deadline_at, now() + make_interval(secs => %(attempt_seconds)s))
     FROM candidate WHERE t.id = candidate.id
     RETURNING t.*, candidate.status AS from_status
 ), logged AS (
@@ -82,10 +83,12 @@ WITH moved AS (
 )
 SELECT * FROM moved;
 
--- tasks_heartbeat: extend the lease, only for the current holder; says whether a cancel was requested
+-- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
+-- cancel was requested
 UPDATE tasks t SET lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now()
 FROM versions v
 WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
+  AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at)   -- past its ceiling, an attempt is let go
   AND v.content_id = t.content_id AND v.version = t.version
 RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
 

@@ -242,3 +242,14 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
     assert engine.find_reusable(conn, old.fingerprint).sha256 == "b" * 64
     woken = db.one(conn, "tasks_get", {"task_id": twin.id})
     assert woken["available_at"] <= datetime.now(timezone.utc)
+
+
+def test_the_heartbeat_lets_an_attempt_go_past_its_ceiling(conn, cfg):
+    saved = versions.save(conn, draft(1), cfg, actor="a")
+    task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
+    task = engine.claim(conn, task_id, worker="w", lease_seconds=30, attempt_seconds=0.5)
+    assert engine.heartbeat(conn, task, 30).alive
+    wait_until(lambda: conn.execute("SELECT attempt_ends_at < now() AS over FROM tasks WHERE id = %s",
+                                    (task_id,)).fetchone()["over"], message="the attempt's ceiling passing")
+    # the lease is no longer renewed: it runs out and the reconciler moves the task on
+    assert not engine.heartbeat(conn, task, 30).alive
