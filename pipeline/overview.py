@@ -212,4 +212,5 @@ def gauges(conn: psycopg.Connection) -> dict:
     with conn.transaction():
         return {"tasks": db.all(conn, "metrics_tasks_by_status"), "snapshot": db.one(conn, "metrics_snapshot"),
                 "calls": db.all(conn, "metrics_calls_by_outcome"), "waits": db.all(conn, "metrics_waits"),
-                "latency": db.all(conn, "metrics_latency_buckets")}
+                "latency": db.all(conn, "metrics_latency_buckets"),
+                "dead_letters": db.all(conn, "metrics_dead_letters")}

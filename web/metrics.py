@@ -87,6 +87,11 @@ class DatabaseCollector:
             waits.add_metric([reason], seen.get(reason, 0))
         yield waits
         yield from latency_histograms(self.reading["latency"])
+        dead = GaugeMetricFamily("mediapipe_dead_letters", "Failed tasks waiting for a person, by why they failed",
+                                 labels=["reason"])
+        for row in self.reading["dead_letters"]:
+            dead.add_metric([row["reason"]], row["n"])
+        yield dead
 
 
 BUCKETS = ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf")

@@ -35,6 +35,10 @@ SELECT outcome AS waiting_for, sum(n) AS n FROM metric_counters WHERE name = 'wa
 SELECT name, provider AS label, outcome AS le, sum(n) AS n, sum(cost)::float AS total FROM metric_counters
 WHERE name LIKE 'latency\_%%' GROUP BY 1, 2, 3;
 
+-- metrics_dead_letters: the dead letters of tasks still failed, by reason (read through the failed-task index)
+SELECT dl.reason, count(*) AS n FROM tasks t JOIN dead_letters dl ON dl.task_id = t.id
+WHERE t.status = 'failed' GROUP BY 1;
+
 -- metrics_calls_by_outcome: the call ledger's counts and costs by provider and outcome, from the counters
 -- its trigger keeps (schema/0002_security.sql), never from the ledger itself
 SELECT provider, outcome, sum(n) AS n, sum(cost)::float AS cost FROM metric_counters

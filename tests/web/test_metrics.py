@@ -134,3 +134,17 @@ def test_outbox_rows_that_keep_failing_to_reach_redis_are_counted_as_stuck(api, 
                message="the claims running out")
     assert dispatch.send_due(conn, redis_lib.Redis.from_url(redis_url), claim_seconds=5) == 2
     assert scrape(api)[("mediapipe_outbox_stuck", ())] == 0
+
+
+def test_dead_letters_of_failed_tasks_are_counted_by_reason(api, work):
+    from pipeline.errors import Permanent
+
+    created = api.create(1)
+    tasks = api.get(created["status_url"]).json["tasks"]
+    work.executor.script[tasks[0]["id"]] = [Permanent("refused")]
+    work.until_idle()
+    samples = scrape(api)
+    assert samples[("mediapipe_dead_letters", (("reason", "permanent error"),))] == 1
+    # retried by an editor, the task is no longer failed and its dead letter no longer counts
+    api.post(f"/api/tasks/{tasks[0]['id']}/retry", role="editor")
+    assert ("mediapipe_dead_letters", (("reason", "permanent error"),)) not in scrape(api)
