@@ -11,12 +11,13 @@ their error `code`s are the contract and their `message`s stay English. Nothing 
 touches the session table for them.
 
 Catalogs (`web/translations/<locale>/LC_MESSAGES/messages.po`) are compiled to `.mo`
-when the app starts, and only when a `.po` is newer than its `.mo`; the compiled files
-are not kept in the repository.
+when the app starts (bin/dev, bin/test, gunicorn alike); a `.mo` is rewritten only when
+it differs. The compiled files are not kept in the repository.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -130,19 +131,21 @@ def _write_atomically(path: Path, write) -> None:
 
 
 def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
-    """Compile every `.po` under `folder` whose `.mo` is missing or older; returns what was written.
+    """Compile every `.po` under `folder` into the `.mo` beside it, writing only those that differ.
 
     Safe to run from several processes at once: each writes its own temporary file and
     renames it into place.
     """
     written = []
     for po in sorted(folder.glob("*/LC_MESSAGES/*.po")):
-        mo = po.with_suffix(".mo")
-        if mo.exists() and mo.stat().st_mtime >= po.stat().st_mtime:
-            continue
         with po.open("rb") as source:
             catalog = read_po(source, locale=po.parts[-3])
-        _write_atomically(mo, lambda out, c=catalog: write_mo(out, c))
+        compiled = io.BytesIO()
+        write_mo(compiled, catalog)
+        mo = po.with_suffix(".mo")
+        if mo.exists() and mo.read_bytes() == compiled.getvalue():
+            continue
+        _write_atomically(mo, lambda out, data=compiled.getvalue(): out.write(data))
         written.append(mo)
     return written
 
