@@ -62,6 +62,14 @@ document.addEventListener("DOMContentLoaded", () => {
   if (zone) {
     try { zone.value = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { /* left empty: UTC */ }
   }
+  // the browser's own "please tick this box" would speak the browser's language, not the page's
+  document.addEventListener("invalid", (event) => {
+    const field = event.target;
+    if (field.dataset && field.dataset.requiredMessage) field.setCustomValidity(field.dataset.requiredMessage);
+  }, true);
+  document.addEventListener("change", (event) => {
+    if (event.target.dataset && event.target.dataset.requiredMessage) event.target.setCustomValidity("");
+  });
   document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
     select.addEventListener("change", () => select.form.requestSubmit());
   });
