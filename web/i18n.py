@@ -29,7 +29,7 @@ from babel.messages.pofile import read_po
 from flask import Flask, request
 from flask_babel import Babel, get_locale
 
-from pipeline.errors import InvalidInput
+from pipeline.errors import ConfigError, InvalidInput
 from web import sessions
 from web.errors import is_api
 
@@ -125,6 +125,11 @@ def _write_atomically(path: Path, write) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -143,9 +148,14 @@ def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
         compiled = io.BytesIO()
         write_mo(compiled, catalog)
         mo = po.with_suffix(".mo")
-        if mo.exists() and mo.read_bytes() == compiled.getvalue():
+        if mo.is_file() and mo.read_bytes() == compiled.getvalue():
             continue
-        _write_atomically(mo, lambda out, data=compiled.getvalue(): out.write(data))
+        try:
+            _write_atomically(mo, lambda out, data=compiled.getvalue(): out.write(data))
+        except OSError as exc:
+            raise ConfigError(f"cannot write the compiled catalog {mo} ({exc.strerror}): the app compiles "
+                              f"{TRANSLATIONS} when it starts, so that folder must be writable by it (or "
+                              "start the app once where it is, before making it read-only)") from exc
         written.append(mo)
     return written
 

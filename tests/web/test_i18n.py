@@ -257,3 +257,16 @@ def test_a_refused_retry_is_explained_in_chinese(app, tokens, api, work):
     post(client, csrf, f"/tasks/{image['id']}/retry", back="task")   # without the consent box
     html = page(client, f"/tasks/{image['id']}")
     assert "未重试：结果未知：重试可能重复收费，因此需要你明确同意。" in html
+
+
+def test_a_compiled_catalog_the_app_cannot_write_stops_it_with_the_fix(tmp_path):
+    from pipeline.errors import ConfigError
+    # given: a catalog whose compiled file cannot be put in place (a folder holds its name; even root cannot)
+    folder = tmp_path / "translations" / "en" / "LC_MESSAGES"
+    folder.mkdir(parents=True)
+    (folder / "messages.po").write_bytes((WEB / "translations/en/LC_MESSAGES/messages.po").read_bytes())
+    (folder / "messages.mo").mkdir()
+    # then: starting says what is wrong and what to do, and leaves no temporary file behind
+    with pytest.raises(ConfigError, match="must be writable"):
+        i18n.compile_catalogs(tmp_path / "translations")
+    assert sorted(p.name for p in folder.iterdir()) == ["messages.mo", "messages.po"]
