@@ -66,7 +66,8 @@ def when(value: datetime | None) -> Markup | str:
         value = value.replace(tzinfo=timezone.utc)
     utc = value.astimezone(timezone.utc)
     today = to_user_timezone(datetime.now(timezone.utc)).date()
-    shown = format_time(value, "medium") if to_user_timezone(value).date() == today else format_datetime(value, "medium")
+    same_day = to_user_timezone(value).date() == today
+    shown = format_time(value, "medium") if same_day else format_datetime(value, "medium")
     return Markup('<time datetime="{}" title="{}">{}</time>').format(
         utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S UTC"), shown)
 

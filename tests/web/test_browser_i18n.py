@@ -24,7 +24,8 @@ SAYS = {
                 "consent": "我接受重试可能会对这项工作重复收费", "retried": "你已接受重复计费的风险",
                 "tick": "重试前请勾选此框，接受可能再次收费的风险。"},
     "en": {"html": "en", "signin": "Sign in", "unknown": "outcome unknown",
-           "explains": "The provider may have done this work and charged for it, but we could not confirm it.",
+           "explains": ("The provider may have done this work and charged for it, "
+                        "but we could not confirm it."),
            "consent": "I accept that retrying may charge for this work twice",
            "retried": "with the duplicate-charge risk accepted by you",
            "tick": "Tick this box to accept the risk of a second charge before retrying."},
