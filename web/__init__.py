@@ -46,7 +46,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     app = Flask(__name__)
     app.json = JSONProvider(app)
     app.config["SETTINGS"] = cfg
-    from web import api, db, errors, health, inputs, media, metrics, openapi, present, security, sessions, ui
+    from web import api, db, errors, health, i18n, inputs, media, metrics, openapi, present, security, sessions, ui
     from web import api_tasks, spend, ui_actions  # noqa: F401 - their views join the api and ui blueprints
     security.init_app(app, cfg.trusted_proxies)
     sessions.init_app(app)
@@ -54,6 +54,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     inputs.init_app(app)
     errors.init_app(app)
     present.init_app(app)
+    i18n.init_app(app)
     app.register_blueprint(health.bp)
     health.init_app(app)
     for blueprint in (api.bp, media.bp, metrics.bp, openapi.bp, ui.bp):

@@ -1,26 +1,36 @@
-"""Presentation helpers for the templates: words for states and errors, times, money. Pure."""
+"""Presentation helpers for the templates: words for states and errors, times, numbers, money.
+
+Every word is translatable (Flask-Babel, see web.i18n); times are shown in the editor's
+time zone with the UTC time on hover; numbers and costs in the locale's format.
+No I/O.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from flask import Flask
+from flask_babel import format_datetime, format_decimal, format_time, format_timedelta, gettext, to_user_timezone
+from flask_babel import lazy_gettext as _l
+from markupsafe import Markup
+
+from web.words import action_words, blocker_words, code_words, outcome_words, role_words, scenario_words, state_name
 
 STATUS_WORDS = {
-    "ready": "waiting", "running": "working", "retry": "will retry", "unknown": "outcome unknown",
-    "failed": "failed", "succeeded": "done", "superseded": "superseded", "cancelled": "cancelled",
+    "ready": _l("waiting"), "running": _l("working"), "retry": _l("will retry"), "unknown": _l("outcome unknown"),
+    "failed": _l("failed"), "succeeded": _l("done"), "superseded": _l("superseded"), "cancelled": _l("cancelled"),
 }
-KIND_WORDS = {"image": "Image", "tts": "Narration", "bundle": "Bundle"}
+KIND_WORDS = {"image": _l("Image"), "tts": _l("Narration"), "bundle": _l("Bundle")}
 # The engine records "<ErrorClass>: <provider message>"; say what that means for the editor.
 ERROR_WORDS = (
-    ("outcome unknown", "The provider may have done the work (and charged for it), but we could not confirm"),
-    ("unclassified error", "An unexpected error; treated as unknown so nothing is paid twice by accident"),
-    ("busy", "The provider was busy or rate limited; trying again later without using up an attempt"),
-    ("Transient", "The request never reached the provider"),
-    ("Permanent", "The provider refused the request"),
-    ("deadline passed", "Ran out of time before it could finish"),
-    ("lease expired", "The worker stopped answering while it worked"),
-    ("resolved:", "Closed as failed by an editor"),
+    ("outcome unknown", _l("The provider may have done the work (and charged for it), but we could not confirm")),
+    ("unclassified error", _l("An unexpected error; treated as unknown so nothing is paid twice by accident")),
+    ("busy", _l("The provider was busy or rate limited; trying again later without using up an attempt")),
+    ("Transient", _l("The request never reached the provider")),
+    ("Permanent", _l("The provider refused the request")),
+    ("deadline passed", _l("Ran out of time before it could finish")),
+    ("lease expired", _l("The worker stopped answering while it worked")),
+    ("resolved:", _l("Closed as failed by an editor")),
 )
 
 
@@ -33,7 +43,7 @@ def error_in_words(message: str | None) -> str:
         return ""
     for marker, words in ERROR_WORDS:
         if marker.lower() in message.lower():
-            return f"{words}. Details: {message}"
+            return gettext("%(words)s. Details: %(message)s", words=words, message=message)
     return message
 
 
@@ -43,31 +53,56 @@ def paused_words(message: str | None) -> str:
     if text.startswith("busy (") and text.endswith(")"):   # the retry policy's wrapping of a wait
         text = text[len("busy ("):-1]
     start = text.find("paused:")
-    return text[start:] if start >= 0 else "paused: a spend budget is reached"
+    if start < 0:
+        return gettext("paused: a spend budget is reached")
+    return gettext("paused: %(details)s", details=text[start + len("paused:"):].strip())
 
 
-def when(value: datetime | None) -> str:
-    """Short absolute time in UTC, with the date only when it is not today."""
+def when(value: datetime | None) -> Markup | str:
+    """Short time in the editor's time zone, with the date only when it is not today; UTC on hover."""
     if value is None:
         return ""
-    value = value.astimezone(timezone.utc)
-    today = datetime.now(timezone.utc).date()
-    return value.strftime("%H:%M:%S UTC") if value.date() == today else value.strftime("%Y-%m-%d %H:%M UTC")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    utc = value.astimezone(timezone.utc)
+    today = to_user_timezone(datetime.now(timezone.utc)).date()
+    same_day = to_user_timezone(value).date() == today
+    shown = format_time(value, "medium") if same_day else format_datetime(value, "medium")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        utc.isoformat(), utc.strftime("%Y-%m-%d %H:%M:%S UTC"), shown)
 
 
 def seconds_until(value: datetime | None) -> str:
     if value is None:
         return ""
     delta = (value - datetime.now(timezone.utc)).total_seconds()
-    return "now" if delta <= 0 else f"in {delta:.0f} s" if delta < 120 else f"in {delta / 60:.0f} min"
+    if delta <= 0:
+        return gettext("now")
+    return format_timedelta(timedelta(seconds=round(delta)), threshold=2, add_direction=True)
 
 
 def money(value: float | int | None) -> str:
-    return f"{float(value or 0):.4f}"
+    """An estimated cost with four decimals, in the locale's digits and separators."""
+    return format_decimal(float(value or 0), format="#,##0.0000")
+
+
+def number(value: float | int | None) -> str:
+    return format_decimal(value or 0)
+
+
+def seconds(value: float | int | None) -> str:
+    return gettext("%(seconds)s s", seconds=format_decimal(float(value or 0), format="0.0"))
+
+
+def milliseconds(value: float | int | None) -> str:
+    return gettext("%(ms)s ms", ms=format_decimal(value or 0))
 
 
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(status_words=status_words, error_in_words=error_in_words, when=when,
                                  paused_words=paused_words,
-                                 seconds_until=seconds_until, money=money,
+                                 seconds_until=seconds_until, money=money, number=number, seconds=seconds,
+                                 milliseconds=milliseconds, code_words=code_words, role_words=role_words,
+                                 outcome_words=outcome_words, action_words=action_words, blocker_words=blocker_words,
+                                 scenario_words=scenario_words, state_name=state_name,
                                  kind_words=lambda k: KIND_WORDS.get(k, k))

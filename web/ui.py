@@ -10,12 +10,14 @@ The delivery page shows the same signed, expiring media links as the API's manif
 from __future__ import annotations
 
 from flask import Blueprint, abort, g, redirect, render_template, request, url_for
+from flask_babel import gettext
 from werkzeug.wrappers import Response
 
 from pipeline import demo, keys, overview, review
 from pipeline.content import LIMITS
 from pipeline.errors import Conflict
 from receipts.calls import ReceiptBook
+from web import i18n
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings
 from web.media import sign_delivery
@@ -62,9 +64,10 @@ def signin():
 def signin_post():
     principal = keys.authenticate(get_conn(), request.form.get("api_key", "").strip())
     if principal is None:
-        return render_template("signin.html", error="That key is unknown or revoked.",
+        return render_template("signin.html", error=gettext("That key is unknown or revoked."),
                                next=request.form.get("next", "")), 401
     sign_in(principal)
+    i18n.remember(request.form)
     return redirect(_safe_next(request.form.get("next")), code=303)
 
 

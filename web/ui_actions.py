@@ -1,4 +1,4 @@
-"""The editors' form posts: save, approve, cancel, retry, resolve, demo job.
+"""The editors' form posts: save, approve, cancel, retry, resolve, demo job, language and time zone.
 
 Each parses the form, calls `pipeline`, and redirects (303) to the page that shows the
 result, with a flash message in words. Refusals the editor can act on (a stale base
@@ -8,15 +8,18 @@ version, an incomplete version, a missing confirmation) come back as messages, n
 from __future__ import annotations
 
 from flask import flash, g, redirect, render_template, request, url_for
+from flask_babel import gettext
 from werkzeug.datastructures import MultiDict
 
 from pipeline import demo, overview, review, versions
 from pipeline.content import LIMITS, parse_draft
 from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from web import i18n
 from web.api import send_fast
 from web.db import get_conn, settings
 from web.inputs import check_storable
-from web.ui import bp, need
+from web.ui import _safe_next, bp, need
+from web.words import refusal
 
 MAX_NOTE = 2000
 
@@ -48,12 +51,13 @@ def reuse_summary(board: dict) -> str:
     reused = [t for t in media if t["reusable"]]
     fresh_blocks = sorted({t["block"] for t in media if not t["reusable"]})
     reused_blocks = sorted({t["block"] for t in reused} - set(fresh_blocks))
-    words = f"Saved version {board['version']}. {len(reused)} of {len(media)} media will be reused from earlier work"
+    words = gettext("Saved version %(version)s. %(reused)s of %(total)s media will be reused from earlier work",
+                    version=board["version"], reused=len(reused), total=len(media))
     if reused_blocks:
-        words += f" (blocks {', '.join(reused_blocks)} unchanged)"
+        words += gettext(" (blocks %(blocks)s unchanged)", blocks=", ".join(reused_blocks))
     if fresh_blocks:
-        words += f"; new media for {', '.join(fresh_blocks)}"
-    return words + "."
+        words += gettext("; new media for %(blocks)s", blocks=", ".join(fresh_blocks))
+    return words + gettext(".")
 
 
 def _save(content_id: int | None):
@@ -70,7 +74,7 @@ def _save(content_id: int | None):
                   else 429 if isinstance(exc, KeyLimitReached) else 503)
         field = getattr(exc, "field", None)
         return render_template("editor.html", form={**body, "base_version": base}, content=content,
-                               limits=LIMITS, error=str(exc), field=field), status
+                               limits=LIMITS, error=refusal(gettext("Not saved"), exc), field=field), status
     send_fast(saved.outbox_ids)
     flash(reuse_summary(overview.version(get_conn(), saved.content_id, saved.version)), "ok")
     return redirect(url_for("ui.board", content_id=saved.content_id, version=saved.version), code=303)
@@ -95,9 +99,9 @@ def approve(content_id: int, version: int):
     need("review")
     try:
         review.approve(get_conn(), content_id, version, actor=g.user.owner)
-        flash(f"Version {version} is approved; it is what the delivery serves now.", "ok")
+        flash(gettext("Version %(version)s is approved; it is what the delivery serves now.", version=version), "ok")
     except Conflict as exc:
-        flash(f"Not approved: {exc}", "error")
+        flash(refusal(gettext("Not approved"), exc), "error")
     return _back_to_board(content_id, version)
 
 
@@ -107,10 +111,10 @@ def cancel(content_id: int, version: int):
     try:
         count = versions.cancel(get_conn(), content_id, version, actor=g.user.owner)
     except Conflict as exc:
-        flash(str(exc), "error")
+        flash(refusal(gettext("Not cancelled"), exc), "error")
         return _back_to_board(content_id, version)
-    flash(f"Version {version} cancelled: {count} waiting tasks stopped now; a running one stops at its next "
-          "check.", "ok")
+    flash(gettext("Version %(version)s cancelled: %(count)s waiting tasks stopped now; a running one stops at its "
+                  "next check.", version=version, count=count), "ok")
     return _back_to_board(content_id, version)
 
 
@@ -127,10 +131,12 @@ def retry(task_id: int):
     try:
         reopened = review.retry(get_conn(), task_id, settings(), actor=g.user.owner, accept_duplicate_risk=accept)
         send_fast(reopened.outbox_ids)
-        flash(f"Task {task_id} will run again (attempt budget now {reopened.max_attempts})"
-              + (", with the duplicate-charge risk accepted by you." if accept else "."), "ok")
+        flash(gettext("Task %(task)s will run again (attempt budget now %(attempts)s), with the duplicate-charge "
+                      "risk accepted by you.", task=task_id, attempts=reopened.max_attempts) if accept else
+              gettext("Task %(task)s will run again (attempt budget now %(attempts)s).", task=task_id,
+                      attempts=reopened.max_attempts), "ok")
     except (Conflict, CapacityExceeded) as exc:
-        flash(f"Not retried: {exc}", "error")
+        flash(refusal(gettext("Not retried"), exc), "error")
     return _task_redirect(task_id)
 
 
@@ -139,14 +145,14 @@ def resolve(task_id: int):
     need("edit")
     note = request.form.get("note", "").strip()
     if not note:
-        flash("Say why you mark it as failed (for example what the provider's dashboard shows).", "error")
+        flash(gettext("Say why you mark it as failed (for example what the provider's dashboard shows)."), "error")
         return _task_redirect(task_id)
     try:
         check_storable(note, "note")
         review.resolve_failed(get_conn(), task_id, note[:MAX_NOTE], actor=g.user.owner)
-        flash(f"Task {task_id} is marked as failed.", "ok")
+        flash(gettext("Task %(task)s is marked as failed.", task=task_id), "ok")
     except (Conflict, InvalidInput) as exc:
-        flash(f"Not changed: {exc}", "error")
+        flash(refusal(gettext("Not changed"), exc), "error")
     return _task_redirect(task_id)
 
 
@@ -160,5 +166,13 @@ def demo_job():
                                          "scenario": request.form.get("scenario") or None})
     saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner, key_id=g.user.key_id)
     send_fast(saved.outbox_ids)
-    flash(f"Demo lesson {theme!r} created" + (f" with the {scenario} scenario armed." if scenario else "."), "ok")
+    flash(gettext("Demo lesson %(theme)s created with the %(scenario)s scenario armed.", theme=theme,
+                  scenario=scenario) if scenario else gettext("Demo lesson %(theme)s created.", theme=theme), "ok")
     return redirect(url_for("ui.board", content_id=saved.content_id, version=saved.version), code=303)
+
+
+@bp.post("/preferences")
+def preferences():
+    """The header switch: language and time zone, kept in the session (web.i18n)."""
+    i18n.change(request.form)
+    return redirect(_safe_next(request.form.get("next")), code=303)

@@ -1,4 +1,5 @@
-// Small helpers for server-rendered pages: live board refresh, block editing, confirmations.
+// Small helpers for server-rendered pages: live board refresh, block editing, confirmations,
+// the browser's time zone for the sign-in form, and the header's language switch.
 "use strict";
 
 function pollBoard(board) {
@@ -56,6 +57,22 @@ document.addEventListener("DOMContentLoaded", () => {
   if (board) pollBoard(board);
   const list = document.querySelector("[data-blocks]");
   if (list) setUpEditor(list);
+  // the session keeps the time zone the browser signs in with; the header switch changes it later
+  const zone = document.querySelector("input[data-browser-zone]");
+  if (zone) {
+    try { zone.value = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { /* left empty: UTC */ }
+  }
+  // the browser's own "please tick this box" would speak the browser's language, not the page's
+  document.addEventListener("invalid", (event) => {
+    const field = event.target;
+    if (field.dataset && field.dataset.requiredMessage) field.setCustomValidity(field.dataset.requiredMessage);
+  }, true);
+  document.addEventListener("change", (event) => {
+    if (event.target.dataset && event.target.dataset.requiredMessage) event.target.setCustomValidity("");
+  });
+  document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
+    select.addEventListener("change", () => select.form.requestSubmit());
+  });
   // delegated, so forms in a refreshed board fragment ask too
   document.addEventListener("submit", (event) => {
     const form = event.target.closest("form[data-confirm]");

@@ -1,0 +1,148 @@
+"""The UI's own words for every error code it can meet, in the editor's language.
+
+The JSON API keeps its English `message`s (its `code`s are the contract); pages and
+flash messages say what a code means with these words instead, and add the English
+detail only as a detail. No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from flask_babel import gettext
+from flask_babel import lazy_gettext as _l
+from flask_babel import lazy_pgettext
+
+from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound, StaleTransition
+
+# Codes of pipeline.errors.Conflict, web.errors.Problem, the domain errors of web.errors,
+# and the HTTP errors a page can answer with.
+CODE_WORDS = {
+    # refusals of a change
+    "conflict": _l("The current state does not allow this"),
+    "invalid_input": _l("Something in the form is not valid"),
+    "stale_base_version": _l("Someone saved a newer version while you edited; open the latest version and "
+                             "make your change there"),
+    "idempotency_key_reused": _l("This request key was already used for a different request"),
+    "older_than_approved": _l("A newer version is already approved; approve that one or a newer one"),
+    "version_incomplete": _l("This version cannot be approved until every image and narration has succeeded"),
+    "stale": _l("It changed while you were acting on it; reload the page and try again"),
+    "stale_transition": _l("It changed while you were acting on it; reload the page and try again"),
+    "invalid_transition": _l("Only failed or unknown tasks can be retried, and only unknown ones marked as failed"),
+    "duplicate_risk": _l("The outcome is unknown: retrying may charge twice, so it needs your explicit consent"),
+    "not_current": _l("This task belongs to an older version; retry its tasks on the current version"),
+    "version_cancelled": _l("This version was cancelled; save a new version to run it again"),
+    "nothing_to_cancel": _l("This version has nothing left to cancel; nothing was changed"),
+    "not_deliverable": _l("Nothing can be delivered yet"),
+    "scenario_unavailable": _l("This demo scenario needs the local image provider"),
+    # capacity and limits
+    "over_capacity": _l("The system is at capacity; nothing was saved, try again shortly"),
+    "key_limit_reached": _l("Your key has reached its limit for now; nothing was saved, try again shortly"),
+    "database_unavailable": _l("The database cannot be reached; try again shortly"),
+    "database_busy": _l("The database is busy; nothing was changed, try again shortly"),
+    # access and requests
+    "unauthorized": _l("You need to sign in"),
+    "forbidden": _l("Your role does not allow this"),
+    "not_found": _l("There is no such page or item"),
+    "bad_request": _l("The request could not be understood; reload the page and try again"),
+    "method_not_allowed": _l("This address does not accept that kind of request"),
+    "request_entity_too_large": _l("What you sent is too large"),
+    "content_too_large": _l("What you sent is too large"),
+    "invalid_json": _l("The request body is not valid JSON"),
+    "json_too_deep": _l("The request body is nested too deeply"),
+    "invalid_header": _l("A request header is not valid"),
+    "invalid_link": _l("This media link is not valid"),
+    "link_expired": _l("This media link has expired"),
+    "internal_error": _l("Something went wrong on our side; it was logged"),
+    "internal_server_error": _l("Something went wrong on our side; it was logged"),
+}
+
+ROLE_WORDS = {"editor": _l("editor"), "reviewer": _l("reviewer"), "admin": _l("admin")}
+
+OUTCOME_WORDS = {
+    "succeeded": _l("succeeded"), "reused": _l("reused"), "permanent": _l("refused"), "transient": _l("not sent"),
+    "ambiguous": _l("outcome unknown"), "busy": _l("busy"), "recovered": _l("recovered"), "replayed": _l("replayed"),
+}
+ACTION_WORDS = {   # the English words are the action's own name, as the pages always said it
+    "transition": _l("transition"), "reused": _l("reused"), "replayed": _l("replayed"),
+    "recovered_from_receipt": _l("recovered from receipt"),
+    "duplicate_risk_accepted": _l("duplicate risk accepted"), "manual_retry": _l("manual retry"),
+    "resolved_failed": _l("resolved failed"), "approve": _l("approve"), "approved": _l("approved"),
+    "cancel": _l("cancel"), "cancelled": _l("cancelled"), "superseded": _l("superseded"),
+}
+SCENARIO_WORDS = {
+    "media_timeout": _l("an image call fails before it reaches the provider"),
+    "provider_unknown": _l("the provider does the work but the answer is lost"),
+    "worker_crash": _l("the worker dies in the middle of a call"),
+    "permanent_error": _l("the provider refuses the request for good"),
+    "rate_limited": _l("the provider is busy (rate limited)"),
+}
+# A task state as the engine names it, for sentences that count tasks by state.
+STATE_NAMES = {
+    "ready": lazy_pgettext("task state", "ready"), "running": lazy_pgettext("task state", "running"),
+    "retry": lazy_pgettext("task state", "retry"), "unknown": lazy_pgettext("task state", "unknown"),
+    "failed": lazy_pgettext("task state", "failed"), "succeeded": lazy_pgettext("task state", "succeeded"),
+    "superseded": lazy_pgettext("task state", "superseded"), "cancelled": lazy_pgettext("task state", "cancelled"),
+}
+# pipeline.overview.approval_blockers says why a version cannot be approved, in English; these say it again.
+_OLDER = re.compile(r"^version (\d+) is already approved")
+_WAITING = re.compile(r"^not every image and narration has succeeded: (.*)$")
+_COUNT = re.compile(r"^(\d+) ([a-z_]+)$")
+
+
+def state_name(state: str | None) -> str:
+    """A task state by its name (English: the engine's own word), for timelines and counts."""
+    return str(STATE_NAMES.get(state or "", state or ""))
+
+
+def outcome_words(outcome: str | None) -> str:
+    return str(OUTCOME_WORDS.get(outcome or "", outcome or ""))
+
+
+def scenario_words(scenario: str | None) -> str:
+    words = SCENARIO_WORDS.get(scenario or "")
+    return f"{scenario}: {words}" if words is not None else (scenario or "")
+
+
+def action_words(action: str | None) -> str:
+    return str(ACTION_WORDS.get(action or "", (action or "").replace("_", " ")))
+
+
+def blocker_words(reason: str) -> str:
+    """One approval blocker in the editor's language (the English reason if its shape is new to us)."""
+    older = _OLDER.match(reason)
+    if older:
+        return gettext("version %(version)s is already approved; an older version cannot be approved",
+                       version=older.group(1))
+    waiting = _WAITING.match(reason)
+    if waiting:
+        counts = [_COUNT.match(part.strip()) for part in waiting.group(1).split(",")]
+        if all(counts):
+            listed = gettext(", ").join(f"{m.group(1)} {state_name(m.group(2))}" for m in counts if m)
+            return gettext("not every image and narration has succeeded: %(states)s", states=listed)
+    return reason
+
+
+def role_words(role: str | None) -> str:
+    return str(ROLE_WORDS.get(role or "", role or ""))
+
+
+def code_words(code: str | None) -> str:
+    """What an error code means, in the editor's language (the code itself if it is new to us)."""
+    words = CODE_WORDS.get(code or "")
+    return str(words) if words is not None else gettext("Error: %(code)s", code=code or "")
+
+
+def code_of(exc: Exception) -> str:
+    """The code the API answers for this error (web.errors maps the same classes)."""
+    if isinstance(exc, Conflict):
+        return exc.code
+    return {InvalidInput: "invalid_input", NotFound: "not_found", StaleTransition: "stale_transition",
+            CapacityExceeded: "over_capacity", KeyLimitReached: "key_limit_reached"}.get(type(exc), "internal_error")
+
+
+def refusal(prefix: str, exc: Exception) -> str:
+    """A flash message for a refused action: our words for its code, the English detail after them."""
+    code = code_of(exc)
+    return gettext("%(prefix)s: %(words)s. Details: %(detail)s", prefix=prefix, words=code_words(code),
+                   detail=str(exc))
