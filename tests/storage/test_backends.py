@@ -117,7 +117,6 @@ def test_a_bucket_that_fails_raises_a_storage_error_naming_bucket_and_key(tmp_pa
                        secret_access_key="s", path_style=True)
     missing = S3Objects(client, "no-such-bucket-here", "p/")
     with pytest.raises(StorageError, match="no-such-bucket-here/p/receipts/7/0001-intent.json") as caught:
-        MediaStore(missing)  # building a store asks nothing of the bucket
         ReceiptBook(missing).write_intent(intent())
     assert isinstance(caught.value, OSError)
 
