@@ -227,3 +227,56 @@ class Valkey:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+@dataclass
+class S3Server:
+    """An S3-protocol server (moto's `moto_server`, from PyPI) on 127.0.0.1:`port`, as our child process.
+
+    Only the tests use it, to run the object-storage code against a real HTTP S3 endpoint;
+    it keeps objects in memory and takes any access key.
+    """
+
+    base: Path
+    port: int
+    process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        import sys
+        require_free_port(self.port, "the S3 test server", "a free port")
+        self.base.mkdir(parents=True, exist_ok=True)
+        log = open(self.base / "s3.log", "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from moto.server import main; main()", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self._wait_until_up()
+
+    def _wait_until_up(self) -> None:
+        import requests
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerError(f"the S3 test server exited at start ({self.process.returncode}); "
+                                  f"see {self.base / 's3.log'}")
+            try:
+                requests.get(self.url() + "/moto-api/", timeout=1)
+                return
+            except requests.RequestException:
+                time.sleep(0.05)
+        self.stop()
+        raise ServerError(f"the S3 test server on port {self.port} did not answer within 60 s; "
+                          f"see {self.base / 's3.log'}")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -21,7 +21,7 @@ from typing import Callable
 
 import psycopg
 
-from pipeline import bundle, db, spend
+from pipeline import bundle, db, spend, storage
 from pipeline.db import connect
 from pipeline.engine import Asset, Task
 from pipeline.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, PipelineError, ProviderError, Transient
@@ -124,7 +124,7 @@ class ProviderExecutor:
                 current = kept["c"] = connect(cfg.database_url, autocommit=True, options=session_options(cfg))
                 kept["pid"] = os.getpid()
             return current
-        return cls(cfg, build_providers(cfg), MediaStore(cfg.media_dir), ReceiptBook(cfg.media_dir), conn)
+        return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn)
 
     def execute(self, task: Task, ctx: WorkContext) -> Asset:
         if task.kind == "bundle":  # local work, nothing is paid: any failure may simply be retried
@@ -168,8 +168,11 @@ class ProviderExecutor:
 
     def _call(self, task: Task, ctx: WorkContext, provider: Provider, settings: ProviderSettings,
               request: GenerateRequest, replay: bool = False) -> Asset:
-        self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name, provider.model,
-                                      task.fingerprint, request.idempotency_key, now()))
+        try:
+            self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
+                                          provider.model, task.fingerprint, request.idempotency_key, now()))
+        except OSError as exc:   # a full disk, an unreachable bucket: no receipt, so no call
+            raise Transient(f"could not write the intent receipt, so the provider was not called: {exc}") from exc
         started = time.monotonic()
         record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key)
         try:

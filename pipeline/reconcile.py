@@ -14,15 +14,14 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, recovery
+from pipeline import db, recovery, storage
 from pipeline.engine import Asset
 from pipeline.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import Settings
 from pipeline.states import TaskStatus
 from providers.base import Found, NotFound, Provider
-from receipts.calls import Outcome, ReceiptBook, now as receipt_now
-from receipts.media import MediaStore
+from receipts.calls import Outcome, now as receipt_now
 
 
 RETENTION_INTERVAL_SECONDS = 3600  # retention reads old history; once an hour is plenty for day-long periods
@@ -48,8 +47,8 @@ class Reconciler:
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
 
     def __post_init__(self) -> None:
-        self.store = MediaStore(self.cfg.media_dir)
-        self.book = ReceiptBook(self.cfg.media_dir)
+        self.store = storage.media_store(self.cfg)
+        self.book = storage.receipt_book(self.cfg)
 
     # evidence -------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import time: call `load()`.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -65,6 +66,28 @@ PROVIDER_OPTIONS = {
 
 
 @dataclass(frozen=True)
+class StorageSettings:
+    """Where media and receipts live (STORAGE, S3_*, MEDIA_DELIVERY; docs/deploy.md).
+
+    `local` keeps them under MEDIA_DIR (one machine). `s3` keeps them in a bucket of
+    any S3-compatible service, which every machine of a deployment shares; MEDIA_DIR then
+    holds only what is local to a machine. Without S3 keys the client takes boto3's own
+    credential chain (an instance or pod role).
+    """
+
+    backend: str = "local"
+    endpoint_url: str = ""                 # empty: AWS S3 of the region
+    bucket: str = ""
+    region: str = "us-east-1"
+    access_key_id: str = field(default="", repr=False)
+    secret_access_key: str = field(default="", repr=False)
+    prefix: str = ""                       # every key under this prefix, e.g. "prod/"
+    path_style: bool = False               # bucket in the path, for services without virtual hosts
+    delivery: str = "app"                  # media through the app, or "redirect" to a presigned URL
+    redirect_seconds: int = 300            # lifetime of a presigned URL made for one redirect
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
     redis_url: str | None = None
@@ -106,6 +129,7 @@ class Settings:
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
+    storage: StorageSettings = StorageSettings()
 
 
 def session_options(cfg: "Settings") -> str:
@@ -243,6 +267,48 @@ def _read(env: Mapping[str, str], spec: Mapping[str, tuple[str, Callable[[str], 
     return values
 
 
+def _storage(env: Mapping[str, str]) -> StorageSettings:
+    spec = {
+        "backend": ("STORAGE", _choice("STORAGE", ("local", "s3"))),
+        "endpoint_url": ("S3_ENDPOINT_URL", _url("S3_ENDPOINT_URL", ("http", "https"))),
+        "bucket": ("S3_BUCKET", _bucket),
+        "region": ("S3_REGION", _text),
+        "access_key_id": ("S3_ACCESS_KEY_ID", _text),
+        "secret_access_key": ("S3_SECRET_ACCESS_KEY", _text),
+        "prefix": ("S3_PREFIX", _prefix),
+        "path_style": ("S3_PATH_STYLE", _bool("S3_PATH_STYLE")),
+        "delivery": ("MEDIA_DELIVERY", _choice("MEDIA_DELIVERY", ("app", "redirect"))),
+        "redirect_seconds": ("MEDIA_REDIRECT_SECONDS", _int("MEDIA_REDIRECT_SECONDS", 10, 3600)),
+    }
+    result = StorageSettings(**_read(env, spec))
+    if result.backend == "s3" and not result.bucket:
+        raise ConfigError("STORAGE=s3 needs S3_BUCKET (and S3_ENDPOINT_URL for a service other than AWS S3)")
+    if bool(result.access_key_id) != bool(result.secret_access_key):
+        raise ConfigError("S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY go together; set both, or neither to use "
+                          "the machine's role")
+    if result.delivery == "redirect" and result.backend != "s3":
+        raise ConfigError("MEDIA_DELIVERY=redirect needs STORAGE=s3 (a local store has no presigned URLs); "
+                          "use MEDIA_DELIVERY=app")
+    return result
+
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def _bucket(raw: str) -> str:
+    if not _BUCKET.match(raw):
+        raise ConfigError(f"S3_BUCKET={raw!r} is not a bucket name; expected 3-63 lowercase letters, digits, "
+                          "dots and hyphens")
+    return raw
+
+
+def _prefix(raw: str) -> str:
+    if raw.startswith("/") or ".." in raw.split("/") or not raw.endswith("/"):
+        raise ConfigError(f"S3_PREFIX={raw!r} is not a key prefix; expected a relative path ending in '/', "
+                          "such as 'mediapipe/'")
+    return raw
+
+
 def load(env: Mapping[str, str] | None = None) -> Settings:
     """Build the settings from `env` (default: the process environment)."""
     env = os.environ if env is None else env
@@ -290,6 +356,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     values["tts"] = _provider(env, "TTS", base.tts)
     if "attempt_ceiling_seconds" not in values:   # long enough for the slowest call the providers allow
         values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
+    values["storage"] = _storage(env)
     settings = Settings(**values)
     if settings.heartbeat_seconds >= settings.lease_seconds:
         raise ConfigError(

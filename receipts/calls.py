@@ -1,6 +1,8 @@
-"""Receipts of provider calls, one pair per attempt, under MEDIA_DIR/receipts/<task id>/.
+"""Receipts of provider calls, one pair per attempt, under `receipts/<task id>/` of the store.
 
-The intent receipt is durable on disk before the call starts; the result receipt
+The store is a local directory (MEDIA_DIR) or an S3 bucket shared by every machine
+(receipts/objects.py). The intent receipt is durable (fsynced, or its PUT acknowledged)
+before the call starts; the result receipt
 is durable (after the asset file) before the database hears of the result. With
 them the reconciler can tell, after any crash, whether a call was never made,
 made with an unknown outcome, or made and its result kept.
@@ -13,7 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from receipts.durable import write_atomic
+from receipts.media import objects_of
+from receipts.objects import Objects
 
 
 @dataclass(frozen=True)
@@ -45,55 +48,60 @@ class Outcome:
 
 
 class ReceiptBook:
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root) / "receipts"
-
-    def _path(self, task_id: int, attempt: int, what: str) -> Path:
-        if not (isinstance(task_id, int) and isinstance(attempt, int) and task_id > 0 and attempt > 0):
-            raise ValueError(f"receipts are kept per positive task id and attempt, not {task_id!r}/{attempt!r}")
-        return self.root / str(task_id) / f"{attempt:04d}-{what}.json"
-
-    def write_intent(self, intent: Intent) -> None:
-        write_atomic(self._path(intent.task_id, intent.attempt, "intent"), json.dumps(asdict(intent)).encode())
-
-    def write_result(self, outcome: Outcome) -> None:
-        write_atomic(self._path(outcome.task_id, outcome.attempt, "result"), json.dumps(asdict(outcome)).encode())
-
-    def intent(self, task_id: int, attempt: int) -> Intent | None:
-        return self._read(self._path(task_id, attempt, "intent"), Intent)
-
-    def result(self, task_id: int, attempt: int) -> Outcome | None:
-        return self._read(self._path(task_id, attempt, "result"), Outcome)
+    def __init__(self, where: Objects | Path | str) -> None:
+        self.objects = objects_of(where)
 
     @staticmethod
-    def _read(path: Path, kind):
-        try:
-            return kind(**json.loads(path.read_text()))
-        except FileNotFoundError:
+    def _key(task_id: int, attempt: int, what: str) -> str:
+        if not (isinstance(task_id, int) and isinstance(attempt, int) and task_id > 0 and attempt > 0):
+            raise ValueError(f"receipts are kept per positive task id and attempt, not {task_id!r}/{attempt!r}")
+        return f"receipts/{task_id}/{attempt:04d}-{what}.json"
+
+    def write_intent(self, intent: Intent) -> None:
+        self.objects.put(self._key(intent.task_id, intent.attempt, "intent"), json.dumps(asdict(intent)).encode())
+
+    def write_result(self, outcome: Outcome) -> None:
+        self.objects.put(self._key(outcome.task_id, outcome.attempt, "result"), json.dumps(asdict(outcome)).encode())
+
+    def intent(self, task_id: int, attempt: int) -> Intent | None:
+        return self._read(self._key(task_id, attempt, "intent"), Intent)
+
+    def result(self, task_id: int, attempt: int) -> Outcome | None:
+        return self._read(self._key(task_id, attempt, "result"), Outcome)
+
+    def _read(self, key: str, kind):
+        data = self.objects.get(key)
+        if data is None:
             return None
+        try:
+            return kind(**json.loads(data))
         except (ValueError, TypeError):
-            return None  # a torn write cannot happen (atomic rename); anything else is not ours
+            return None  # a torn write cannot happen (atomic rename, whole PUT); anything else is not ours
+
+    def _keys(self, task_id: int) -> list[str]:
+        return [k for k in self.objects.keys(f"receipts/{int(task_id)}/") if k.endswith(".json")]
 
     def of_task(self, task_id: int) -> list[dict]:
         """Every receipt of a task, oldest attempt first, for the UI."""
-        folder = self.root / str(int(task_id))
         found = []
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        for key in self._keys(task_id):
             try:
-                found.append({"file": path.name, **json.loads(path.read_text())})
+                found.append({"file": key.rsplit("/", 1)[1], **json.loads(self.objects.get(key) or b"")})
             except ValueError:
                 continue
         return found
 
     def compact(self, task_id: int) -> int:
-        """Drop a finished task's receipts (retention); returns how many files went."""
-        folder = self.root / str(int(task_id))
+        """Drop a finished task's receipts (retention); returns how many went."""
         count = 0
-        for path in folder.glob("*.json") if folder.is_dir() else []:
-            path.unlink(missing_ok=True)
-            count += 1
-        if folder.is_dir():
-            folder.rmdir()
+        for key in self._keys(task_id):
+            count += self.objects.delete(key)
+        folder = getattr(self.objects, "path", None)
+        if folder is not None:   # a local store also drops the emptied folder
+            try:
+                folder(f"receipts/{int(task_id)}").rmdir()
+            except OSError:
+                pass
         return count
 
 

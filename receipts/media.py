@@ -1,45 +1,66 @@
-"""The content-addressed media store: files named by their sha256 under MEDIA_DIR/assets."""
+"""The content-addressed media store: objects named by their sha256 under `assets/`.
+
+The bytes live in an `Objects` store (a local directory or an S3 bucket); a digest
+names the same bytes forever, so an asset is written once and never changes.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
 from pathlib import Path
+from typing import Iterator
 
-from receipts.durable import write_atomic
+from receipts.objects import LocalObjects, Objects
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
-class MediaStore:
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+def objects_of(where: Objects | Path | str) -> Objects:
+    """A path means a local directory (the default kind of store)."""
+    return LocalObjects(Path(where)) if isinstance(where, (str, Path)) else where
 
-    def path(self, sha256: str) -> Path:
-        """Where an asset lives; refuses anything that is not a sha256 (no path comes from input)."""
+
+class MediaStore:
+    def __init__(self, where: Objects | Path | str) -> None:
+        self.objects = objects_of(where)
+
+    @staticmethod
+    def key(sha256: str) -> str:
+        """The object key of an asset; refuses anything that is not a sha256 (no key comes from input)."""
         if not _SHA.match(sha256 or ""):
             raise ValueError(f"not a sha256 digest: {sha256!r}")
-        return self.root / "assets" / sha256[:2] / sha256
+        return f"assets/{sha256[:2]}/{sha256}"
+
+    def path(self, sha256: str) -> Path:
+        """The file of an asset in a local store (ValueError on object storage, which has no files)."""
+        if not isinstance(self.objects, LocalObjects):
+            raise ValueError("assets in object storage have no local path; read them with read() or chunks()")
+        return self.objects.path(self.key(sha256))
 
     def put(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
-        target = self.path(sha)
-        if not (target.exists() and target.stat().st_size == len(data)):
-            write_atomic(target, data)
+        key = self.key(sha)
+        if self.objects.size(key) != len(data):   # written once: the same digest is the same bytes
+            self.objects.put(key, data)
         return sha
 
     def has(self, sha256: str, *, verify: bool = False) -> bool:
-        target = self.path(sha256)
-        if not target.is_file():
-            return False
-        return not verify or hashlib.sha256(target.read_bytes()).hexdigest() == sha256
+        key = self.key(sha256)
+        if not verify:
+            return self.objects.size(key) is not None
+        data = self.objects.get(key)
+        return data is not None and hashlib.sha256(data).hexdigest() == sha256
 
     def read(self, sha256: str) -> bytes:
-        return self.path(sha256).read_bytes()
+        data = self.objects.get(self.key(sha256))
+        if data is None:
+            raise FileNotFoundError(f"asset {sha256} is not in the media store")
+        return data
+
+    def chunks(self, sha256: str) -> Iterator[bytes] | None:
+        """The asset's bytes in pieces, without holding it whole; None when it is missing."""
+        return self.objects.chunks(self.key(sha256))
 
     def delete(self, sha256: str) -> bool:
-        try:
-            self.path(sha256).unlink()
-            return True
-        except FileNotFoundError:
-            return False
+        return self.objects.delete(self.key(sha256))

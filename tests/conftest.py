@@ -4,6 +4,10 @@ Unless DATABASE_URL / REDIS_URL name servers to use, the session starts embedded
 ones on free ports in a temporary directory. The schema is migrated once into a
 template database; each test that asks for `database_url` gets a fresh copy of it,
 and each test that asks for `redis_url` gets an empty Redis database.
+
+The S3-protocol server (moto_server, a separate process on 127.0.0.1) starts the first
+time a test asks for object storage; each such test gets a bucket of its own.
+`storage_env` runs a test once on each kind of store: a local directory and a bucket.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import psycopg
 import pytest
 import redis
 
-from bin.embedded import Postgres, Valkey, free_port
+from bin.embedded import Postgres, S3Server, Valkey, free_port
 from pipeline import migrations, settings
 
 TEMPLATE = "mediapipe_template"
@@ -115,3 +119,32 @@ def redis_url(servers):
     yield servers.redis_url
     client.flushdb()
     client.close()
+
+
+S3_KEYS = {"S3_ACCESS_KEY_ID": "test-access-key", "S3_SECRET_ACCESS_KEY": "test-secret-key", "S3_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def s3_server(servers):
+    server = S3Server(servers.base / "s3", free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server):
+    """Settings for a fresh, empty bucket of the S3 test server, every key under a prefix."""
+    import boto3
+    bucket = f"test-{next(_counter)}-{free_port()}"
+    boto3.client("s3", endpoint_url=s3_server.url(), region_name=S3_KEYS["S3_REGION"],
+                 aws_access_key_id=S3_KEYS["S3_ACCESS_KEY_ID"],
+                 aws_secret_access_key=S3_KEYS["S3_SECRET_ACCESS_KEY"]).create_bucket(Bucket=bucket)
+    return {"STORAGE": "s3", "S3_ENDPOINT_URL": s3_server.url(), "S3_BUCKET": bucket, "S3_PREFIX": "mediapipe/",
+            "S3_PATH_STYLE": "true", **S3_KEYS}
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage_env(request) -> dict[str, str]:
+    """The settings of one kind of store; a test that takes this runs on both."""
+    return request.getfixturevalue("s3_env") if request.param == "s3" else {}

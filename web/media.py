@@ -9,6 +9,11 @@ hands out signed links instead (`?expires=<unix time>&signature=<hex>`, an HMAC-
 the digest and the expiry under a key derived from SECRET_KEY, valid MEDIA_URL_TTL_SECONDS),
 so the app that consumes a delivery needs no key; those answers may be cached publicly
 until the link expires. Content never changes under a digest, so the ETag is the digest.
+
+With object storage (STORAGE=s3) the app streams the object from the bucket, or, with
+MEDIA_DELIVERY=redirect, answers 302 to a presigned URL of the bucket that expires after
+MEDIA_REDIRECT_SECONDS; the redirect is made only after the same checks, is itself never
+cached, and the URL makes the bucket answer with the same Cache-Control the app would.
 """
 
 from __future__ import annotations
@@ -20,10 +25,9 @@ import re
 import time
 from datetime import datetime, timezone
 
-from flask import Blueprint, Response, abort, request, send_file, url_for
+from flask import Blueprint, Response, abort, redirect, request, send_file, url_for
 
-from pipeline import db
-from receipts.media import MediaStore
+from pipeline import db, storage
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
 from web.errors import Problem
@@ -84,18 +88,44 @@ def get(sha256: str) -> Response:
     if left is None:
         _may_read()
     asset = db.one(get_conn(), "assets_get", {"sha256": sha256})
-    store = MediaStore(settings().media_dir)
-    if asset is None or not store.has(sha256):
+    if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")
-    response = send_file(store.path(sha256), mimetype=asset["media_type"], conditional=True, etag=sha256,
-                         download_name=f"{sha256[:16]}.{EXTENSIONS.get(asset['media_type'], 'bin')}",
-                         as_attachment=asset["media_type"] == "application/zip")
-    response.headers["Cache-Control"] = PRIVATE if left is None else f"public, max-age={left}, immutable"
+    cache = PRIVATE if left is None else f"public, max-age={left}, immutable"
+    name = f"{sha256[:16]}.{EXTENSIONS.get(asset['media_type'], 'bin')}"
+    attach = asset["media_type"] == "application/zip"
+    url = storage.presigned_asset_url(settings(), sha256, media_type=asset["media_type"], cache_control=cache,
+                                      download_name=name if attach else None)
+    if url is not None:
+        response = redirect(url, 302)
+        response.headers["Cache-Control"] = "no-store"
+        return response
+    response = _send(sha256, asset, name, attach)
+    response.headers["Cache-Control"] = cache
     response.headers["X-Content-Type-Options"] = "nosniff"
     if left is None:
         response.vary.add("Cookie")
         response.vary.add(HEADER)
     return response
+
+
+def _send(sha256: str, asset: dict, name: str, attach: bool) -> Response:
+    """The asset's bytes: a local file, or the object streamed from the bucket in pieces."""
+    path = storage.asset_file(settings(), sha256)
+    if path is not None:
+        return send_file(path, mimetype=asset["media_type"], conditional=True, etag=sha256, download_name=name,
+                         as_attachment=attach)
+    if request.if_none_match.contains(sha256):   # answered before the bucket is asked for the bytes
+        response = Response(status=304)
+        response.set_etag(sha256)
+        return response
+    chunks = storage.asset_chunks(settings(), sha256)
+    if chunks is None:
+        abort(404, description="no such media")
+    response = Response(chunks, mimetype=asset["media_type"], direct_passthrough=True)
+    response.content_length = asset["size"]
+    response.set_etag(sha256)
+    response.headers["Content-Disposition"] = f'{"attachment" if attach else "inline"}; filename="{name}"'
+    return response.make_conditional(request)
 
 
 def sign_delivery(doc: dict) -> dict:

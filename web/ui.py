@@ -13,10 +13,9 @@ from flask import Blueprint, abort, g, redirect, render_template, request, url_f
 from flask_babel import gettext
 from werkzeug.wrappers import Response
 
-from pipeline import demo, keys, overview, review
+from pipeline import demo, keys, overview, review, storage
 from pipeline.content import LIMITS
 from pipeline.errors import Conflict
-from receipts.calls import ReceiptBook
 from web import i18n
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings
@@ -124,7 +123,7 @@ def board_live(content_id: int, version: int):
 
 @bp.get("/tasks/<id:task_id>")
 def task(task_id: int):
-    doc = overview.task(get_conn(), task_id, ReceiptBook(settings().media_dir))
+    doc = overview.task(get_conn(), task_id, storage.receipt_book(settings()))
     return render_template("task.html", t=doc)
 
 
