@@ -47,7 +47,13 @@ def warm_up() -> None:
 
 
 class Worker(SimpleWorker):
-    """RQ's SimpleWorker, warmed up before its first job and without an RQ scheduler process."""
+    """RQ's SimpleWorker, warmed up before its first job and without an RQ scheduler process.
+
+    After losing Redis it looks again at most every 5 s (RQ's default backs off to 60 s), so
+    work resumes within seconds of Redis coming back; waiting costs nothing, PostgreSQL keeps it.
+    """
+
+    max_connection_wait_time = 5.0
 
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False

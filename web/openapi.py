@@ -171,8 +171,9 @@ def paths() -> dict:
             "post": op("Approve a complete version (reviewer)", {"200": body(ref("Approval")), **errors(400, 404, 409)},
                        params=version)},
         "/api/contents/{content_id}/versions/{version}/cancel": {
-            "post": op("Cancel a version's unfinished work", {"202": body(ref("Cancelled"), "Accepted", LOCATION),
-                                                              **errors(400, 404)}, params=version)},
+            "post": op("Cancel a version's unfinished work (409 when nothing is left to cancel)",
+                       {"202": body(ref("Cancelled"), "Accepted", LOCATION), **errors(400, 404, 409)},
+                       params=version)},
         "/api/contents/{content_id}/delivery": {
             "get": op("The manifest of the approved version", {"200": body(ref("Delivery")), **errors(404, 409)},
                       params=content)},
@@ -187,7 +188,7 @@ def paths() -> dict:
                       params=task, tag="tasks")},
         "/api/tasks/{task_id}/retry": {
             "post": op("Retry a failed task, or an unknown one accepting the duplicate-charge risk",
-                       {"202": body(ref("RetryAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422)},
+                       {"202": body(ref("RetryAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422, 503)},
                        params=task, tag="tasks", request=ref("RetryInput"), body_required=False)},
         "/api/tasks/{task_id}/resolve": {
             "post": op("Close an unknown task as failed", {"200": body(ref("Resolved")), **errors(400, 404, 409, 422)},

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
+from rq import Worker
 
 from pipeline import versions
 from pipeline.content import parse_draft
 from tests.fakeprovider import Behaviour
-from tests.helpers import lesson
+from tests.helpers import lesson, wait_until
 
 PEAK_RSS_LIMIT_MB = 250
 
@@ -66,6 +68,8 @@ def test_a_call_never_outlives_its_tasks_total_deadline(system, fake):
     # given: a generous call timeout but a version whose tasks must finish within 4 s
     system = system.with_env(IMAGE_CALL_TIMEOUT="120", IMAGE_READ_TIMEOUT="60", TASK_DEADLINE_SECONDS="4")
     system.start_worker("image")
+    wait_until(lambda: Worker.all(connection=redis.Redis.from_url(system.env["REDIS_URL"])), timeout=60,
+               message="the worker listening (a slow start must not eat the 4 s)")
     fake.script(Behaviour("trickle", seconds=0.5, endpoint="image"))
     with system.db() as conn:
         saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
