@@ -24,12 +24,14 @@ import psycopg
 from pipeline import bundle, db, spend
 from pipeline.db import connect
 from pipeline.engine import Asset, Task
-from pipeline.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, PipelineError, ProviderError, Transient
+from pipeline.errors import (Ambiguous, Busy, Cancelled, ConfigError, LeaseLost, Permanent, PipelineError, ProviderError,
+                             Transient)
 from pipeline.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
 from pipeline.work import WorkContext
 from providers.base import GenerateRequest, Provider, Result
+from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
 from receipts.calls import Intent, Outcome, ReceiptBook, now
 from receipts.media import MediaStore
@@ -46,9 +48,13 @@ def provider_config(p: ProviderSettings) -> ProviderConfig:
 
 
 def build_providers(cfg: Settings) -> dict[str, Provider]:
-    return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
-                                 journal_dir=cfg.media_dir / "provider-journal" / kind)
-            for kind in ("image", "tts")}
+    """The configured provider of each media kind; ConfigError (naming the setting) when one cannot be built."""
+    try:
+        return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
+                                     journal_dir=cfg.media_dir / "provider-journal" / kind)
+                for kind in ("image", "tts")}
+    except ProviderConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def request_for(task: Task, seconds_left: float | None = None) -> GenerateRequest:
