@@ -13,7 +13,7 @@ import zipfile
 import psycopg
 
 from pipeline import db
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from receipts.media import MediaStore
 
 EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",

@@ -17,42 +17,13 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, policy
-from pipeline.errors import LeaseLost, WaitingForInput
+from pipeline import db
+from pipeline.core import policy
+from pipeline.core.errors import LeaseLost, WaitingForInput
+from pipeline.core.outcome import Outcome, cancelled
+from pipeline.core.records import Asset, Task
+from pipeline.core.states import TaskStatus
 from pipeline.settings import Settings
-from pipeline.states import TaskStatus
-
-
-@dataclass(frozen=True)
-class Task:
-    """A claimed task: what a worker needs to do one attempt, and to prove it holds the lease."""
-
-    id: int
-    content_id: int
-    version: int
-    kind: str
-    block_key: str | None
-    input: dict
-    fingerprint: str
-    attempts: int
-    max_attempts: int
-    deadline_at: datetime
-    lease_token: uuid.UUID
-    lease_until: datetime
-
-    @classmethod
-    def from_row(cls, row: dict) -> "Task":
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class Asset:
-    sha256: str
-    media_type: str
-    size: int
-    width: int | None = None
-    height: int | None = None
-    duration_ms: int | None = None
 
 
 def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
@@ -96,7 +67,7 @@ def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> boo
 
 
 def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor: str,
-                   now: datetime) -> policy.Outcome | None:
+                   now: datetime) -> Outcome | None:
     """Park the task until the holder of its input is done, spending no attempt; None if nobody holds it now.
 
     The holder's row is locked while we park, so its release (which wakes the waiters) comes after.
@@ -182,23 +153,21 @@ def _record_reuse(conn: psycopg.Connection, task: Task, asset: Asset, actor: str
 
 
 def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
-                 now: datetime, rng: random.Random | None = None) -> policy.Outcome:
+                 now: datetime, rng: random.Random | None = None) -> Outcome:
     """Apply the retry policy to an attempt that raised `error`."""
     outcome = policy.after_failure(error, attempts=task.attempts, max_attempts=task.max_attempts, now=now,
                                    deadline=task.deadline_at, base=cfg.backoff_base_seconds,
                                    cap=cfg.backoff_cap_seconds, rng=rng or random.Random())
-    waiting_for = getattr(error, "waiting_for", None) if outcome.status is TaskStatus.RETRY else None
     with conn.transaction():
-        if outcome.status is not TaskStatus.UNKNOWN:   # an unknown call keeps its input held until a decision
+        if outcome.to is not TaskStatus.UNKNOWN:   # an unknown call keeps its input held until a decision
             release_input(conn, task)
-        row = _finish(conn, task, outcome.status, actor=actor, reason=outcome.reason,
+        row = _finish(conn, task, outcome.to, actor=actor, reason=outcome.reason,
                       available_at=outcome.available_at, refund=outcome.refund_attempt,
-                      last_error=outcome.reason[:2000], details={"error_class": error.__class__.__name__},
-                      waiting_for=waiting_for)
+                      last_error=outcome.error, details=outcome.details, waiting_for=outcome.waiting_for)
         if row is None:
-            _lost(conn, task, actor, outcome.status)
-            return policy.Outcome(TaskStatus.CANCELLED, reason="version cancelled")
-        if outcome.status is TaskStatus.RETRY:
+            _lost(conn, task, actor, outcome.to)
+            return cancelled()
+        if outcome.to is TaskStatus.RETRY:
             db.execute(conn, "outbox_add", {"task_id": task.id, "lane": None,   # the version's lane
                                             "available_at": outcome.available_at})
         if outcome.dead_letter:
@@ -217,9 +186,7 @@ def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str) -> None:
 
 def find_reusable(conn: psycopg.Connection, fingerprint: str) -> Asset | None:
     row = db.one(conn, "asset_inputs_find", {"fingerprint": fingerprint})
-    if row is None:
-        return None
-    return Asset(row["sha256"], row["media_type"], row["size"], row["width"], row["height"], row["duration_ms"])
+    return None if row is None else Asset.from_row(row)
 
 
 def record_event(conn: psycopg.Connection, task: Task, action: str, *, actor: str, reason: str = "",

@@ -14,8 +14,8 @@ import psycopg
 from rq import get_current_job
 
 from pipeline import db, dispatch, engine, runtime
-from pipeline.engine import Task
-from pipeline.errors import Cancelled, LeaseLost, Transient
+from pipeline.core.records import Task
+from pipeline.core.errors import Cancelled, LeaseLost, Transient
 from pipeline.log import log
 
 
@@ -109,7 +109,7 @@ def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None
         parked = engine.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
                                        now=datetime.now(timezone.utc))
         if parked is not None:
-            return parked.status.value, []
+            return parked.to.value, []
         reused = _reuse(rt, task)
         if reused:
             return reused
@@ -134,7 +134,7 @@ def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[i
     except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
         outcome = engine.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
                                       now=datetime.now(timezone.utc))
-        return outcome.status.value, []
+        return outcome.to.value, []
     status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id)
     return status.value, unblocked
 

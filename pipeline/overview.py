@@ -15,8 +15,8 @@ from typing import Iterable
 import psycopg
 
 from pipeline import db
-from pipeline.errors import NotFound
-from pipeline.states import TaskStatus
+from pipeline.core.errors import NotFound
+from pipeline.core.states import TaskStatus
 from receipts.calls import ReceiptBook
 
 # Ledger outcomes after which the provider may have charged us.

@@ -23,14 +23,14 @@ import psycopg
 
 from pipeline import bundle, db, spend
 from pipeline.db import connect
-from pipeline.engine import Asset, Task
-from pipeline.errors import (Ambiguous, Busy, Cancelled, ConfigError, LeaseLost, Permanent, PipelineError, ProviderError,
-                             Transient)
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.records import Asset, Task
+from pipeline.core import policy
+from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, Transient
+from pipeline.core.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
 from pipeline.work import WorkContext
-from providers.base import GenerateRequest, Provider, Result
+from providers.base import GenerateRequest, Provider
 from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
 from receipts.calls import Intent, Outcome, ReceiptBook, now
@@ -67,12 +67,6 @@ def request_for(task: Task, seconds_left: float | None = None) -> GenerateReques
                                key, seconds_left)
     return GenerateRequest("audio", data["text"], {"model": data["model"], "voice": data["voice"],
                                                    "locale": data["locale"], "options": options}, key, seconds_left)
-
-
-def asset_of(sha256: str, result: Result) -> Asset:
-    meta = result.metadata or {}
-    return Asset(sha256, result.media_type, len(result.data), meta.get("width"), meta.get("height"),
-                 meta.get("duration_ms"))
 
 
 @dataclass
@@ -155,7 +149,7 @@ class ProviderExecutor:
             ctx.check()
             return self._call(task, ctx, provider, settings, request, replay)
         except Exception as exc:
-            if booking is not None and _unpaid(exc):
+            if booking is not None and policy.unpaid(exc):
                 self._refund(booking)
             raise
         finally:
@@ -181,16 +175,16 @@ class ProviderExecutor:
             result = provider.generate(request)
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
-            charged = isinstance(exc, Ambiguous) and not replay
+            charged = policy.may_have_charged(exc, replay=replay)
             self._record(ctx, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
                          latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
-            if isinstance(exc, Ambiguous) and settings.honours_idempotency_key:
-                raise Transient(f"{exc} (safe to repeat: the provider honours idempotency keys)",
-                                http_status=exc.http_status) from exc
-            raise
+            decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
+            if decided is exc:
+                raise
+            raise decided from exc
         elapsed = int((time.monotonic() - started) * 1000)
         sha = self.store.put(result.data)
-        asset = asset_of(sha, result)
+        asset = Asset.from_result(sha, result)
         self.book.write_result(Outcome(task.id, task.attempts, str(task.lease_token), result.provider_request_id,
                                        sha, asset.size, asset.media_type, asset.width, asset.height,
                                        asset.duration_ms, elapsed, now()))
@@ -208,14 +202,3 @@ class ProviderExecutor:
         except psycopg.Error as exc:
             log("ledger_write_failed", idempotency_key=row["idempotency_key"], outcome=row["outcome"],
                 error=exc.__class__.__name__)
-
-
-def _unpaid(error: BaseException) -> bool:
-    """True when the call provably cost nothing: never sent, refused, or stopped before the provider acted.
-
-    An Ambiguous answer that a key-honouring provider makes safe to repeat (Transient caused by
-    Ambiguous) may still have been charged: its booking stays.
-    """
-    if isinstance(error.__cause__, Ambiguous):
-        return False
-    return isinstance(error, (Transient, Busy, Permanent, Cancelled, LeaseLost))

@@ -1,4 +1,4 @@
-"""The reconciler: gather evidence, decide (pipeline.recovery), apply in short guarded transactions.
+"""The reconciler: gather evidence, decide (pipeline.core.recovery), apply in short guarded transactions.
 
 One run at a time (a session advisory lock); every step works in bounded batches,
 so no transaction touches more than `batch` rows. A run is recorded with its counts.
@@ -14,12 +14,14 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, recovery
-from pipeline.engine import Asset
-from pipeline.fingerprint import idempotency_key
+from pipeline import db
+from pipeline.core import recovery
+from pipeline.core.outcome import Outcome
+from pipeline.core.records import Asset
+from pipeline.core.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import Settings
-from pipeline.states import TaskStatus
+from pipeline.core.states import TaskStatus
 from providers.base import Found, NotFound, Provider
 from receipts.calls import Outcome, ReceiptBook, now as receipt_now
 from receipts.media import MediaStore
@@ -76,9 +78,7 @@ class Reconciler:
             return recovery.UNSUPPORTED, None
         result = answer.result
         sha = self.store.put(result.data)
-        meta = result.metadata or {}
-        asset = Asset(sha, result.media_type, len(result.data), meta.get("width"), meta.get("height"),
-                      meta.get("duration_ms"))
+        asset = Asset.from_result(sha, result)
         if row["attempts"] and row["lease_token"]:
             self.book.write_result(Outcome(row["id"], row["attempts"], str(row["lease_token"]),
                                            result.provider_request_id, sha, asset.size, asset.media_type,
@@ -100,14 +100,14 @@ class Reconciler:
 
     # apply -------------------------------------------------------------------------------------
 
-    def apply(self, action: recovery.Action, ev: recovery.Evidence) -> bool:
+    def apply(self, action: Outcome, ev: recovery.Evidence) -> bool:
         if action.to is None:
             return False
         with self.conn.transaction():
             if action.asset:
                 db.execute(self.conn, "assets_upsert", action.asset.__dict__)
             row = db.one(self.conn, "tasks_recover", {
-                "task_id": action.task_id, "from_status": ev.status.value, "lease_token": ev.lease_token,
+                "task_id": ev.task_id, "from_status": ev.status.value, "lease_token": ev.lease_token,
                 "to_status": action.to.value, "asset_sha256": action.asset.sha256 if action.asset else None,
                 "available_at": action.available_at, "reason": action.reason, "event": action.event})
             if row is None:
@@ -123,7 +123,7 @@ class Reconciler:
                 db.execute(self.conn, "dead_letters_insert", {"task_id": row["id"], "reason": action.dead_letter,
                                                               "last_error": action.reason,
                                                               "attempts": row["attempts"]})
-        log("reconciled", task_id=action.task_id, to=action.to.value, reason=action.reason, via=action.event)
+        log("reconciled", task_id=ev.task_id, to=action.to.value, reason=action.reason, via=action.event)
         return True
 
     def _decide_and_apply(self, query: str, decide, report: Report, label: str, pages: int) -> None:

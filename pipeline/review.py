@@ -17,11 +17,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import bundle, db, lanes
-from pipeline.errors import Conflict, NotFound, StaleTransition
+from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.settings import Settings
-from pipeline.states import PENDING, TaskStatus, check_transition
+from pipeline.core.states import PENDING, TaskStatus, check_transition
 
-# Who an API key's holder acts as in the state machine (pipeline.states.TRANSITIONS).
+# Who an API key's holder acts as in the state machine (pipeline.core.states.TRANSITIONS).
 EDITOR = "editor"
 DUPLICATE_RISK = ("The provider may already have done this work and charged for it; we could not confirm. "
                   "Retrying may pay for it twice. Send {\"accept_duplicate_risk\": true} to retry anyway, "

@@ -13,8 +13,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db, lanes
-from pipeline.content import Draft, ProviderInfo, plan_tasks, stamped
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.content import Draft, ProviderInfo, plan_tasks, stamped
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import g, jsonify, url_for
 
 from pipeline import demo, overview, review
-from pipeline.errors import InvalidInput, NotFound
+from pipeline.core.errors import InvalidInput, NotFound
 from receipts.calls import ReceiptBook
 from web import inputs
 from web.api import accepted, bp as api_bp, media_url, send_fast

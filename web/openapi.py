@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
-from pipeline.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
+from pipeline.core.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
 from pipeline.demo import SCENARIOS, themes
 
 bp = Blueprint("openapi", __name__)

@@ -13,8 +13,8 @@ from flask import Blueprint, abort, g, redirect, render_template, request, url_f
 from werkzeug.wrappers import Response
 
 from pipeline import demo, keys, overview, review
-from pipeline.content import LIMITS
-from pipeline.errors import Conflict
+from pipeline.core.content import LIMITS
+from pipeline.core.errors import Conflict
 from receipts.calls import ReceiptBook
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings

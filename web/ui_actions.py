@@ -11,8 +11,8 @@ from flask import flash, g, redirect, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from pipeline import demo, overview, review, versions
-from pipeline.content import LIMITS, parse_draft
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.content import LIMITS, parse_draft
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from web.api import send_fast
 from web.db import get_conn, settings
 from web.inputs import check_storable

@@ -3,10 +3,10 @@ import random
 
 import pytest
 
-from pipeline import recovery
+from pipeline.core import recovery
 from pipeline.engine import Asset
-from pipeline.errors import StaleTransition
-from pipeline.states import TaskKind, TaskStatus, check_transition
+from pipeline.core.errors import StaleTransition
+from pipeline.core.states import TaskKind, TaskStatus, check_transition
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

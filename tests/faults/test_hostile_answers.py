@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson
 

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline import migrations
 from pipeline.db import connect
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from tests.schemadump import describe
 
 SNAPSHOT = Path(migrations.SCHEMA_DIR) / "snapshot.txt"

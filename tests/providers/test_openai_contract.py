@@ -175,7 +175,7 @@ def test_https_or_a_server_on_this_machine_is_accepted(url):
 
 
 def test_a_model_option_that_is_set_is_part_of_the_input_fingerprint():
-    from pipeline.content import ProviderInfo, parse_draft, plan_tasks
+    from pipeline.core.content import ProviderInfo, parse_draft, plan_tasks
 
     draft = parse_draft({"title": "t", "locale": "en", "blocks": [{"key": "a", "text": "hello"}]})
     plain = ProviderInfo("openai", "gpt-image-1", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.errors import Ambiguous, Permanent
+from pipeline.core.errors import Ambiguous, Permanent
 from tests.helpers import lesson
 
 
