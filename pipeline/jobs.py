@@ -145,7 +145,8 @@ def run_task(task_id: int) -> str:
     job_id = job.id if job else None
     task = _claim(rt, task_id, job_id)
     if task is None:
-        failed = engine.fail_if_past_deadline(rt.conn(), task_id, actor=rt.worker_id)
+        failed = engine.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id,
+                                           last_error=engine.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
         return "failed" if failed else "skipped"
     fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,

@@ -30,10 +30,11 @@ from pipeline.core.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
 from pipeline.work import WorkContext
-from providers.base import GenerateRequest, Provider
+from providers.base import GenerateRequest, Provider, Result
 from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
-from receipts.calls import Intent, Outcome, ReceiptBook, now
+from receipts.calls import Intent, ReceiptBook, now
+from receipts.calls import Outcome as ResultReceipt
 from receipts.media import MediaStore
 
 PROVIDER_KIND = {"image": "image", "tts": "audio"}
@@ -67,6 +68,19 @@ def request_for(task: Task, seconds_left: float | None = None) -> GenerateReques
                                key, seconds_left)
     return GenerateRequest("audio", data["text"], {"model": data["model"], "voice": data["voice"],
                                                    "locale": data["locale"], "options": options}, key, seconds_left)
+
+
+def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int, lease_token: object,
+                result: Result, call_ms: int) -> Asset:
+    """Store a call's result and write its result receipt (both durable); the asset it became.
+
+    The executor keeps what its call returned; the reconciler keeps what a provider's lookup returned.
+    """
+    sha = store.put(result.data)
+    asset = Asset.from_result(sha, result)
+    book.write_result(ResultReceipt(task_id, attempt, str(lease_token), result.provider_request_id, sha, asset.size,
+                                    asset.media_type, asset.width, asset.height, asset.duration_ms, call_ms, now()))
+    return asset
 
 
 @dataclass
@@ -183,11 +197,7 @@ class ProviderExecutor:
                 raise
             raise decided from exc
         elapsed = int((time.monotonic() - started) * 1000)
-        sha = self.store.put(result.data)
-        asset = Asset.from_result(sha, result)
-        self.book.write_result(Outcome(task.id, task.attempts, str(task.lease_token), result.provider_request_id,
-                                       sha, asset.size, asset.media_type, asset.width, asset.height,
-                                       asset.duration_ms, elapsed, now()))
+        asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
         self._record(ctx, **record, outcome="replayed" if replay else "succeeded", http_status=200,
                      latency_ms=elapsed, cost=0.0 if replay else settings.cost_per_call)

@@ -11,30 +11,35 @@ STATUS_WORDS = {
     "failed": "failed", "succeeded": "done", "superseded": "superseded", "cancelled": "cancelled",
 }
 KIND_WORDS = {"image": "Image", "tts": "Narration", "bundle": "Bundle"}
-# The engine records "<ErrorClass>: <provider message>"; say what that means for the editor.
-ERROR_WORDS = (
-    ("outcome unknown", "The provider may have done the work (and charged for it), but we could not confirm"),
-    ("unclassified error", "An unexpected error; treated as unknown so nothing is paid twice by accident"),
-    ("busy", "The provider was busy or rate limited; trying again later without using up an attempt"),
-    ("Transient", "The request never reached the provider"),
-    ("Permanent", "The provider refused the request"),
-    ("deadline passed", "Ran out of time before it could finish"),
-    ("lease expired", "The worker stopped answering while it worked"),
-    ("resolved:", "Closed as failed by an editor"),
-)
+# What the decision that recorded a task's last error means for the editor, by its code
+# (pipeline/core/outcome.py `Reason`, stored as tasks.last_error_code).
+ERROR_WORDS = {
+    "unknown_outcome": "The provider may have done the work (and charged for it), but we could not confirm",
+    "unclassified_error": "An unexpected error; treated as unknown so nothing is paid twice by accident",
+    "busy": "The provider was busy or rate limited; trying again later without using up an attempt",
+    "waiting_input": "Another task is making the same media; waiting for it without using up an attempt",
+    "budget": "Paused by a spend budget; trying again later without using up an attempt",
+    "transient": "The request never reached the provider",
+    "permanent_error": "The provider refused the request",
+    "attempts_exhausted": "Every attempt failed",
+    "deadline_passed": "Ran out of time before it could finish",
+    "lease_expired": "The worker stopped answering while it worked",
+    "not_executed": "The provider says it never ran the request",
+    "cancelled": "The version was cancelled",
+    "resolved": "Closed as failed by an editor",
+}
 
 
 def status_words(status: str | None) -> str:
     return STATUS_WORDS.get(status or "", status or "")
 
 
-def error_in_words(message: str | None) -> str:
+def error_in_words(message: str | None, code: str | None = None) -> str:
+    """A task's last error for the editor: what its decision's code means, then the details."""
     if not message:
         return ""
-    for marker, words in ERROR_WORDS:
-        if marker.lower() in message.lower():
-            return f"{words}. Details: {message}"
-    return message
+    words = ERROR_WORDS.get(code or "")
+    return f"{words}. Details: {message}" if words else message
 
 
 def paused_words(message: str | None) -> str:

@@ -10,8 +10,7 @@ SELECT 'failed', kind::text, count(*) FROM tasks WHERE status = 'failed' GROUP B
 SELECT
     (SELECT extract(epoch FROM now() - min(t.available_at)) FROM tasks t
      WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks x ON x.id = d.depends_on
-                       WHERE d.task_id = t.id AND x.status <> 'succeeded'))::float AS oldest_ready_seconds,
+       AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id))::float AS oldest_ready_seconds,
     (SELECT count(*) FROM outbox WHERE sent_at IS NULL) AS outbox_unsent,
     (SELECT extract(epoch FROM now() - min(created_at)) FROM outbox WHERE sent_at IS NULL)::float
         AS outbox_oldest_seconds,

@@ -11,8 +11,7 @@ INSERT INTO outbox (task_id, queue, lane, available_at)
 SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 WHERE d.depends_on = %(task_id)s AND t.status IN ('ready', 'retry')
-  AND NOT EXISTS (SELECT 1 FROM task_deps d2 JOIN tasks x ON x.id = d2.depends_on
-                  WHERE d2.task_id = t.id AND x.status <> 'succeeded')
+  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 

@@ -46,8 +46,7 @@ WHERE t.id = %(task_id)s AND t.status = %(from_status)s
 RETURNING t.*;
 
 -- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
-SELECT count(*) AS n FROM task_deps d JOIN tasks x ON x.id = d.depends_on
-WHERE d.task_id = %(task_id)s AND x.status <> 'succeeded';
+SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
 -- tasks_extend_waiting_dependents: tasks still waiting on a reopened task get its fresh deadline too
 UPDATE tasks t SET deadline_at = greatest(t.deadline_at, %(deadline_at)s), updated_at = now()
@@ -57,7 +56,8 @@ RETURNING t.id;
 
 -- tasks_resolve_failed: an editor closes an unknown task as failed, with a dead letter naming the note
 WITH moved AS (
-    UPDATE tasks SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s, updated_at = now()
+    UPDATE tasks SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
+           last_error_code = 'resolved', updated_at = now()
     WHERE id = %(task_id)s AND status = 'unknown'
     RETURNING *
 ), dead AS (
@@ -89,7 +89,7 @@ FROM versions WHERE content_id = %(content_id)s ORDER BY version DESC;
 -- tasks_of_version_view: a version's tasks with their asset and whether their input already has an asset
 SELECT t.id, t.kind, t.block_key, t.status, t.attempts, t.max_attempts,
        (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches, t.available_at,
-       t.deadline_at, t.lease_until, t.asset_sha256, t.last_error, t.waiting_for, t.fingerprint, t.updated_at,
+       t.deadline_at, t.lease_until, t.asset_sha256, t.last_error, t.last_error_code, t.waiting_for, t.fingerprint, t.updated_at,
        (i.sha256 IS NOT NULL) AS reusable, a.media_type, a.size AS asset_size, a.duration_ms, a.width, a.height,
        dl.reason AS dead_letter
 FROM tasks t

@@ -44,8 +44,7 @@ WITH candidate AS (
       AND t.deadline_at > now()
       AND c.current_version = t.version
       AND v.cancel_requested_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.depends_on
-                      WHERE d.task_id = t.id AND dep.status <> 'succeeded')
+      AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
     FOR NO KEY UPDATE OF t SKIP LOCKED   -- not FOR UPDATE: an event row being written for this task holds
                                          -- KEY SHARE on it, which must not make the claim skip the task
 ), claimed AS (
@@ -64,17 +63,20 @@ WITH candidate AS (
 SELECT claimed.*, v.saved_at FROM claimed
 JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
 
--- tasks_fail_past_deadline: a waiting task whose deadline passed fails without running
+-- tasks_fail_past_deadline: these waiting tasks, if their deadline passed, fail without running, with a dead
+-- letter (a worker whose claim found nothing passes its one task; the reconciler a batch, in id order)
 WITH moved AS (
-    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = 'deadline passed before the task could run',
-           updated_at = now()
-    FROM (SELECT id, status FROM tasks WHERE id = %(task_id)s AND status IN ('ready', 'retry')
-          AND deadline_at <= now() FOR NO KEY UPDATE) old
+    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
+           last_error_code = 'deadline_passed', updated_at = now()
+    FROM (SELECT id, status FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry')
+          AND deadline_at <= now() ORDER BY id FOR NO KEY UPDATE) old
     WHERE t.id = old.id
     RETURNING t.*, old.status AS from_status
 ), dead AS (
     INSERT INTO dead_letters (task_id, reason, last_error, attempts)
-    SELECT id, 'deadline passed', last_error, attempts FROM moved
+    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) DO NOTHING
+), dropped AS (
+    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
 ), logged AS (
     INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
     SELECT id, content_id, version, 'transition', from_status, 'failed', %(actor)s, attempts, 'deadline passed'
@@ -93,22 +95,27 @@ RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
 SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
 WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR NO KEY UPDATE OF t;
 
--- tasks_finish: fenced exit from running: only the holder of the current lease can move the task
+-- tasks_move: the one guarded move that applies a decision (pipeline.tasks.apply), with its event. It matches
+-- only while the task is as its mover saw it: in `from_status` and, when running, under `lease_token`. The
+-- `fence` says who moves: a 'worker' holds the current lease, and a cancel requested meanwhile wins over
+-- anything but a cancel; the 'reconciler' saw the lease run out, so a heartbeat in between wins.
 WITH moved AS (
     UPDATE tasks SET status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
            asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
            available_at = coalesce(%(available_at)s, available_at),
            attempts = attempts - %(refund)s::int,
-           last_error = %(last_error)s, waiting_for = %(waiting_for)s
-    WHERE id = %(task_id)s AND status = 'running' AND lease_token = %(lease_token)s
-      AND (%(to_status)s::task_status = 'cancelled' OR NOT EXISTS (
+           last_error = %(last_error)s, last_error_code = %(last_error_code)s, waiting_for = %(waiting_for)s
+    WHERE id = %(task_id)s AND status = %(from_status)s
+      AND (status <> 'running'
+           OR (lease_token = %(lease_token)s AND (%(fence)s::text = 'worker' OR lease_until < now())))
+      AND (%(fence)s::text <> 'worker' OR %(to_status)s::task_status = 'cancelled' OR NOT EXISTS (
             SELECT 1 FROM versions v WHERE v.content_id = tasks.content_id AND v.version = tasks.version
               AND v.cancel_requested_at IS NOT NULL))
     RETURNING *
 ), logged AS (
     INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
                         lease_token, reason, details)
-    SELECT id, content_id, version, 'transition', 'running', status, %(actor)s, attempts, %(lease_token)s,
+    SELECT id, content_id, version, %(event)s, %(from_status)s, status, %(actor)s, attempts, %(lease_token)s,
            %(reason)s, %(details)s FROM moved
 )
 SELECT * FROM moved;
