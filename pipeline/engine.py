@@ -261,5 +261,5 @@ def record_event(conn: psycopg.Connection, task: Task, action: str, *, actor: st
                  details: dict | None = None) -> None:
     db.execute(conn, "events_insert", {
         "task_id": task.id, "content_id": task.content_id, "version": task.version, "action": action,
-        "actor": actor, "attempt": task.attempts, "lease_token": task.lease_token, "reason": reason,
-        "details": Jsonb(details) if details else None})
+        "from_status": None, "to_status": None, "actor": actor, "attempt": task.attempts,
+        "lease_token": task.lease_token, "reason": reason, "details": Jsonb(details) if details else None})

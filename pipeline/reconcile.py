@@ -173,9 +173,9 @@ class Reconciler:
             return
         report.add("retention_runs")
         days = self.cfg.media_retention_days
-        for row in db.all(self.conn, "reconcile_stale_assets", {"days": days, "limit": self.batch}):
+        for row in db.all(self.conn, "assets_stale", {"days": days, "limit": self.batch}):
             with self.conn.transaction():
-                gone = db.one(self.conn, "reconcile_delete_asset", {"sha256": row["sha256"]})
+                gone = db.one(self.conn, "assets_delete", {"sha256": row["sha256"]})
             if gone:
                 self.store.delete(row["sha256"])
                 report.add("assets_deleted")
@@ -199,8 +199,8 @@ class Reconciler:
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=50)
             self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown", pages=1)
             self.fail_past_deadline(report)
-            self._bulk("reconcile_outbox_unblocked", {}, report, "unblocked")
-            self._bulk("reconcile_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
+            self._bulk("outbox_add_missing_unblocked", {}, report, "unblocked")
+            self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
             self.retention(report)
             db.execute(self.conn, "reconcile_runs_finish", {"run_id": run_id, "counts": Jsonb(report.counts),
                                                             "errors": report.errors})

@@ -65,10 +65,10 @@ class Blockers:
 
 def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_status: str | None,
            from_status: str | None, reason: str, details: dict | None = None, task_id: int | None = None) -> None:
-    db.execute(conn, "events_insert_transition", {
+    db.execute(conn, "events_insert", {
         "task_id": task_id, "content_id": row["content_id"], "version": row["version"], "action": action,
         "from_status": from_status, "to_status": to_status, "actor": actor, "attempt": row.get("attempts"),
-        "reason": reason, "details": Jsonb(details) if details else None})
+        "lease_token": None, "reason": reason, "details": Jsonb(details) if details else None})
 
 
 def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> Approval:

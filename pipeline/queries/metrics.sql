@@ -1,3 +1,5 @@
+-- Gauges for /metrics, and the counters the triggers keep (schema/0002_security.sql).
+
 -- metrics_tasks_by_status: tasks that still need a worker or a person, by status and kind; the partial
 -- indexes tasks_unfinished and tasks_failed serve it, so finished history is never scanned
 SELECT status::text AS status, kind::text AS kind, count(*) AS n FROM tasks

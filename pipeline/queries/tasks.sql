@@ -1,3 +1,5 @@
+-- Tasks, their dependencies and dead letters: every state change of a task is one query here.
+
 -- tasks_insert: one task of a new version
 INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
 VALUES (%(content_id)s, %(version)s, %(kind)s, %(block_key)s, %(input)s, %(fingerprint)s, %(max_attempts)s,
@@ -13,24 +15,19 @@ SELECT * FROM tasks WHERE id = %(task_id)s;
 -- tasks_of_version: a version's tasks in a stable order
 SELECT * FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s ORDER BY id;
 
--- tasks_supersede_older: every unfinished task of this content's older versions becomes superseded
--- (a running one loses its lease here, so its worker's fenced completion will match no row)
-WITH old AS (
-    SELECT id, status FROM tasks
-    WHERE content_id = %(content_id)s AND version < %(version)s
-      AND status IN ('ready', 'running', 'retry', 'unknown')
-    FOR NO KEY UPDATE
-), moved AS (
-    UPDATE tasks t SET waiting_for = NULL, status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
-    FROM old WHERE t.id = old.id
-    RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
-), dropped AS (
-    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
-)
-INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
-SELECT id, content_id, version, 'transition', from_status, 'superseded', %(actor)s, attempts, %(reason)s
-FROM moved
-RETURNING task_id;
+-- tasks_get_with_version: a task with its version's state, to explain why an action is refused
+SELECT t.*, c.current_version, v.cancel_requested_at FROM tasks t
+JOIN contents c ON c.id = t.content_id
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.id = %(task_id)s;
+
+-- tasks_media_not_succeeded: the media tasks of a version that keep it from approval
+SELECT id, kind, block_key, status FROM tasks
+WHERE content_id = %(content_id)s AND version = %(version)s AND kind <> 'bundle' AND status <> 'succeeded'
+ORDER BY id;
+
+-- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
+SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
 -- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
 WITH candidate AS (
@@ -62,27 +59,6 @@ WITH candidate AS (
 )
 SELECT claimed.*, v.saved_at FROM claimed
 JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
-
--- tasks_fail_past_deadline: these waiting tasks, if their deadline passed, fail without running, with a dead
--- letter (a worker whose claim found nothing passes its one task; the reconciler a batch, in id order)
-WITH moved AS (
-    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
-           last_error_code = 'deadline_passed', updated_at = now()
-    FROM (SELECT id, status FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry')
-          AND deadline_at <= now() ORDER BY id FOR NO KEY UPDATE) old
-    WHERE t.id = old.id
-    RETURNING t.*, old.status AS from_status
-), dead AS (
-    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
-    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) DO NOTHING
-), dropped AS (
-    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
-), logged AS (
-    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
-    SELECT id, content_id, version, 'transition', from_status, 'failed', %(actor)s, attempts, 'deadline passed'
-    FROM moved
-)
-SELECT * FROM moved;
 
 -- tasks_heartbeat: extend the lease, only for the current holder; says whether a cancel was requested
 UPDATE tasks t SET lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now()
@@ -120,6 +96,46 @@ WITH moved AS (
 )
 SELECT * FROM moved;
 
+-- tasks_fail_past_deadline: these waiting tasks, if their deadline passed, fail without running, with a dead
+-- letter (a worker whose claim found nothing passes its one task; the reconciler a batch, in id order)
+WITH moved AS (
+    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
+           last_error_code = 'deadline_passed', updated_at = now()
+    FROM (SELECT id, status FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry')
+          AND deadline_at <= now() ORDER BY id FOR NO KEY UPDATE) old
+    WHERE t.id = old.id
+    RETURNING t.*, old.status AS from_status
+), dead AS (
+    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
+    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) DO NOTHING
+), dropped AS (
+    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
+    SELECT id, content_id, version, 'transition', from_status, 'failed', %(actor)s, attempts, 'deadline passed'
+    FROM moved
+)
+SELECT * FROM moved;
+
+-- tasks_supersede_older: every unfinished task of this content's older versions becomes superseded
+-- (a running one loses its lease here, so its worker's fenced completion will match no row)
+WITH old AS (
+    SELECT id, status FROM tasks
+    WHERE content_id = %(content_id)s AND version < %(version)s
+      AND status IN ('ready', 'running', 'retry', 'unknown')
+    FOR NO KEY UPDATE
+), moved AS (
+    UPDATE tasks t SET waiting_for = NULL, status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
+    FROM old WHERE t.id = old.id
+    RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
+), dropped AS (
+    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
+)
+INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
+SELECT id, content_id, version, 'transition', from_status, 'superseded', %(actor)s, attempts, %(reason)s
+FROM moved
+RETURNING task_id;
+
 -- tasks_cancel_waiting: a cancelled version's waiting tasks are cancelled at once
 WITH moved AS (
     UPDATE tasks t SET waiting_for = NULL, status = 'cancelled', updated_at = now()
@@ -135,16 +151,53 @@ SELECT id, content_id, version, 'transition', from_status, 'cancelled', %(actor)
 FROM moved
 RETURNING task_id;
 
+-- tasks_manual_retry: an editor reopens a failed or unknown task of the current, uncancelled version,
+-- with a fresh attempt budget and a fresh deadline (an old deadline would fail it again at once)
+UPDATE tasks t SET waiting_for = NULL, status = 'ready', max_attempts = t.attempts + %(budget)s, available_at = now(),
+       deadline_at = greatest(t.deadline_at, now() + make_interval(secs => %(deadline_seconds)s)),
+       updated_at = now()
+FROM contents c, versions v
+WHERE t.id = %(task_id)s AND t.status = %(from_status)s
+  AND c.id = t.content_id AND c.current_version = t.version
+  AND v.content_id = t.content_id AND v.version = t.version AND v.cancel_requested_at IS NULL
+RETURNING t.*;
+
+-- tasks_extend_waiting_dependents: tasks still waiting on a reopened task get its fresh deadline too
+UPDATE tasks t SET deadline_at = greatest(t.deadline_at, %(deadline_at)s), updated_at = now()
+FROM task_deps d
+WHERE d.depends_on = %(task_id)s AND t.id = d.task_id AND t.status IN ('ready', 'retry')
+RETURNING t.id;
+
+-- tasks_resolve_failed: an editor closes an unknown task as failed, with a dead letter naming the note
+WITH moved AS (
+    UPDATE tasks SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
+           last_error_code = 'resolved', updated_at = now()
+    WHERE id = %(task_id)s AND status = 'unknown'
+    RETURNING *
+), dead AS (
+    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
+    SELECT id, 'resolved as failed by an editor', last_error, attempts FROM moved
+    ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
+        attempts = excluded.attempts, at = now()
+)
+SELECT * FROM moved;
+
+-- tasks_wake_input_waiters: tasks waiting for this input may run now (their messages are due at once)
+WITH woken AS (
+    UPDATE tasks SET available_at = now()
+    WHERE fingerprint = %(fingerprint)s AND status = 'retry' AND waiting_for = 'input'
+    RETURNING id
+)
+UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
+
+-- tasks_paused_by_budget: tasks waiting for a budget, per kind (read through the unfinished-task index)
+SELECT kind::text AS kind, count(*) AS n FROM tasks WHERE status = 'retry' AND waiting_for = 'budget' GROUP BY 1;
+
 -- dead_letters_insert: the record of a task that failed for good
 INSERT INTO dead_letters (task_id, reason, last_error, attempts)
 VALUES (%(task_id)s, %(reason)s, %(last_error)s, %(attempts)s)
 ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
     attempts = excluded.attempts, at = now();
 
--- events_insert: an audit row that is not a status change (reused, recovered, approve, ...)
-INSERT INTO events (task_id, content_id, version, action, actor, attempt, lease_token, reason, details)
-VALUES (%(task_id)s, %(content_id)s, %(version)s, %(action)s, %(actor)s, %(attempt)s, %(lease_token)s,
-        %(reason)s, %(details)s);
-
--- events_of_task: a task's history, oldest first
-SELECT * FROM events WHERE task_id = %(task_id)s ORDER BY id;
+-- dead_letters_take: drop a task's dead letter when an editor reopens it (the retry event keeps its content)
+DELETE FROM dead_letters WHERE task_id = %(task_id)s RETURNING reason, last_error, attempts, at::text AS at;
