@@ -1,23 +1,29 @@
-"""Read models for people and monitors: contents list, version board, task timeline, spend, gauges.
+"""Read models for people and monitors: contents list, version board, task timeline, spend, gauges,
+and the stored media files they point at.
 
 Everything here only reads. Each function runs its queries in one read transaction so
 a page shows one consistent moment; shaping rows into documents is done by small pure
-functions (`progress`, `summarise_spend`, `approval_blockers`). URLs are the web
-layer's business: documents carry sha256 digests, not paths.
+functions (`progress`, `summarise_spend`, `approval_blockers`). The web asks here for
+receipts and media files too (it never opens the receipt book or the media store itself).
+URLs are the web layer's business: documents carry sha256 digests, not paths.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Iterable
 
 import psycopg
 
 from pipeline import db
 from pipeline.core.errors import NotFound
+from pipeline.core.records import extension
 from pipeline.core.states import TaskStatus
 from receipts.calls import ReceiptBook
+from receipts.media import MediaStore
 
 # Ledger outcomes after which the provider may have charged us.
 CHARGED = frozenset({"succeeded", "ambiguous"})
@@ -141,8 +147,8 @@ def summarise_spend(calls: Iterable[dict]) -> dict:
                        | {"cost": _money(c["cost"])} for c in calls]}
 
 
-def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
-    """A task's timeline: its events, ledger rows and the receipts on disk."""
+def task(conn: psycopg.Connection, task_id: int, media_dir: Path) -> dict:
+    """A task's timeline: its events, ledger rows and the receipts on disk (under MEDIA_DIR)."""
     with conn.transaction():
         row = db.one(conn, "tasks_get_for_view", {"task_id": task_id})
         if row is None:
@@ -161,7 +167,28 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
             "calls": [{k: c[k] for k in ("id", "attempt", "provider", "model", "outcome", "http_status",
                                          "latency_ms", "at")} | {"cost": _money(c["cost"]),
                                                                   "accepted_by": c["consented_by"]} for c in calls],
-            "receipts": book.of_task(task_id)}
+            "receipts": ReceiptBook(media_dir).of_task(task_id)}
+
+
+@dataclass(frozen=True)
+class MediaFile:
+    """A stored asset's file, as the web serves it."""
+
+    path: Path
+    media_type: str
+    extension: str     # for the file's name in a download
+
+
+def media_file(conn: psycopg.Connection, media_dir: Path, sha256: str) -> MediaFile | None:
+    """The file of an asset the index knows and whose bytes are in the media store; None otherwise.
+
+    `sha256` must be a digest (the store refuses anything else): no path is taken from input.
+    """
+    asset = db.one(conn, "assets_get", {"sha256": sha256})
+    store = MediaStore(media_dir)
+    if asset is None or not store.has(sha256):
+        return None
+    return MediaFile(store.path(sha256), asset["media_type"], extension(asset["media_type"]))
 
 
 def task_place(conn: psycopg.Connection, task_id: int) -> tuple[int, int]:

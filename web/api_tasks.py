@@ -6,7 +6,6 @@ from flask import g, jsonify, url_for
 
 from pipeline import demo, overview, review
 from pipeline.core.errors import InvalidInput, NotFound
-from receipts.calls import ReceiptBook
 from web import inputs
 from web.api import accepted, bp as api_bp, media_url, send_fast
 from web.auth import require
@@ -19,7 +18,7 @@ MAX_NOTE = 2000
 @bp.get("/tasks/<id:task_id>")
 @require("read")
 def get_task(task_id: int):
-    doc = overview.task(get_conn(), task_id, ReceiptBook(settings().media_dir))
+    doc = overview.task(get_conn(), task_id, settings().media_dir)
     doc["asset_url"] = media_url(doc["sha256"])
     doc["version_url"] = url_for("api.get_version", content_id=doc["content_id"], version=doc["version"])
     return jsonify(doc)

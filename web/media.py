@@ -22,8 +22,7 @@ from datetime import datetime, timezone
 
 from flask import Blueprint, Response, abort, request, send_file, url_for
 
-from pipeline import db
-from receipts.media import MediaStore
+from pipeline import overview
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
 from web.errors import Problem
@@ -32,8 +31,6 @@ bp = Blueprint("media", __name__)
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _EXPIRES = re.compile(r"^[0-9]{1,12}$")
 PRIVATE = "private, max-age=3600"
-EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
-              "audio/mpeg": "mp3", "application/zip": "zip"}
 
 
 def _mac(sha256: str, expires: int) -> str:
@@ -83,13 +80,12 @@ def get(sha256: str) -> Response:
     left = _signed_link_age()
     if left is None:
         _may_read()
-    asset = db.one(get_conn(), "assets_get", {"sha256": sha256})
-    store = MediaStore(settings().media_dir)
-    if asset is None or not store.has(sha256):
+    found = overview.media_file(get_conn(), settings().media_dir, sha256)
+    if found is None:
         abort(404, description="no such media")
-    response = send_file(store.path(sha256), mimetype=asset["media_type"], conditional=True, etag=sha256,
-                         download_name=f"{sha256[:16]}.{EXTENSIONS.get(asset['media_type'], 'bin')}",
-                         as_attachment=asset["media_type"] == "application/zip")
+    response = send_file(found.path, mimetype=found.media_type, conditional=True, etag=sha256,
+                         download_name=f"{sha256[:16]}.{found.extension}",
+                         as_attachment=found.media_type == "application/zip")
     response.headers["Cache-Control"] = PRIVATE if left is None else f"public, max-age={left}, immutable"
     response.headers["X-Content-Type-Options"] = "nosniff"
     if left is None:

@@ -15,7 +15,6 @@ from werkzeug.wrappers import Response
 from pipeline import demo, keys, overview, review
 from pipeline.core.content import LIMITS
 from pipeline.core.errors import Conflict
-from receipts.calls import ReceiptBook
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings
 from web.media import sign_delivery
@@ -121,7 +120,7 @@ def board_live(content_id: int, version: int):
 
 @bp.get("/tasks/<id:task_id>")
 def task(task_id: int):
-    doc = overview.task(get_conn(), task_id, ReceiptBook(settings().media_dir))
+    doc = overview.task(get_conn(), task_id, settings().media_dir)
     return render_template("task.html", t=doc)
 
 

@@ -102,3 +102,9 @@ def test_the_pipeline_never_imports_the_web_bin_or_tests():
     for path in files("pipeline"):
         up = sorted(m for m in imports_of(path) if m.split(".")[0] in ("web", "bin", "tests", "testkit", "bench"))
         assert not up, f"{path.relative_to(ROOT)} imports {up[0]}"
+
+
+def test_the_web_asks_the_pipeline_for_receipts_and_media():
+    for path in files("web"):
+        direct = sorted(m for m in imports_of(path) if m.split(".")[0] in ("receipts", "providers"))
+        assert not direct, f"{path.relative_to(ROOT)} imports {direct[0]}: web/ asks pipeline/"
