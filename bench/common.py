@@ -30,7 +30,7 @@ import redis  # noqa: E402
 
 from bin.embedded import Postgres, Valkey, free_port  # noqa: E402
 from pipeline import migrations, settings as settings_mod  # noqa: E402
-from pipeline.content import Draft, parse_draft  # noqa: E402
+from pipeline.core.content import Draft, parse_draft  # noqa: E402
 from pipeline.db import connect  # noqa: E402
 
 PYTHON = sys.executable

@@ -13,7 +13,7 @@ import redis
 from flask import Flask, jsonify, request
 from rq import Queue
 
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 
 
 def create_app() -> Flask:

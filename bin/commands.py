@@ -12,7 +12,7 @@ import sys
 import psycopg
 
 from pipeline import migrations, settings as settings_mod
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 def _settings():
@@ -142,7 +142,7 @@ def keys_main(argv: list[str]) -> int:
     cfg = _settings()
     from pipeline import keys
     from pipeline.db import connect
-    from pipeline.errors import InvalidInput, NotFound
+    from pipeline.core.errors import InvalidInput, NotFound
     try:
         with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
             if args.command == "create":

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bin.embedded import Postgres, ServerError, Valkey, require_free_port
 from pipeline import migrations, settings as settings_mod
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".data"

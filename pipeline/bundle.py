@@ -13,11 +13,9 @@ import zipfile
 import psycopg
 
 from pipeline import db
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import extension
 from receipts.media import MediaStore
-
-EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
-              "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip"}
 
 
 def manifest(conn: psycopg.Connection, content_id: int, version: int) -> dict:
@@ -33,8 +31,7 @@ def manifest(conn: psycopg.Connection, content_id: int, version: int) -> dict:
             if task is None or task["status"] != "succeeded":
                 raise PipelineError(f"block {block['key']}: its {label} is not ready")
             asset = db.one(conn, "assets_get", {"sha256": task["asset_sha256"]})
-            ext = EXTENSIONS.get(asset["media_type"], "bin")
-            entry[label] = {"file": f"{label}/{block['key']}.{ext}", "sha256": asset["sha256"],
+            entry[label] = {"file": f"{label}/{block['key']}.{extension(asset['media_type'])}", "sha256": asset["sha256"],
                             "media_type": asset["media_type"], "size": asset["size"]}
         blocks.append(entry)
     return {"content_id": content_id, "version": version, "title": row["title"], "locale": row["locale"],

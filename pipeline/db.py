@@ -1,9 +1,12 @@
 """The database seam: connections and named queries.
 
-SQL lives in `pipeline/queries/*.sql`, one file per table group, each query
-introduced by a `-- name: one-line comment` header. Code calls queries by name
-with named parameters (`%(task_id)s`); nothing outside the query files builds SQL.
-This module owns connection settings; it knows nothing of tasks.
+SQL lives in `pipeline/queries/*.sql`, one file per table (a query lives with the table
+it writes, or for a read with the table it is about; `overview.sql` holds the read models
+that join tables for one page, `reconcile.sql` what the reconciler finds due). Each query
+is named `<table>_<verb>` and introduced by a `-- name: one-line comment` header. Code
+calls queries by name with named parameters (`%(task_id)s`); nothing outside the query
+files builds SQL (tests/unit/test_queries.py: every name asked for exists, every query
+is used). This module owns connection settings; it knows nothing of tasks.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import psycopg
 
 from pipeline import versions
-from pipeline.content import Draft, parse_draft
-from pipeline.errors import Conflict, InvalidInput
+from pipeline.core.content import Draft, parse_draft
+from pipeline.core.errors import Conflict, InvalidInput
 from pipeline.providerwork import build_providers
 from pipeline.settings import Settings
 

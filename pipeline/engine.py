@@ -1,9 +1,12 @@
-"""Claim, heartbeat and fenced exits from `running`.
+"""A task row's life outside the save: claim, heartbeat, the input hold, and `apply`.
 
-Every exit from `running` is one guarded UPDATE on (id, lease_token, status='running'):
-zero rows means this worker no longer holds the lease, and it raises `LeaseLost`
-having written nothing. Each function is one short transaction; none is open
-while the work itself runs.
+`apply` is the one place a decision (`pipeline.core.outcome.Outcome`) is written, for a
+worker leaving `running` and for the reconciler alike: the task row by one guarded UPDATE
+(`tasks_move`), the asset and its input, the input hold, the dependents it unblocks, the
+retry's outbox row, the dead letter, and the event, each move checked against the
+transition table first. A worker's exit is fenced by its lease token: zero rows means it
+no longer holds the lease, and it raises `LeaseLost` having written nothing but a paid
+result. Each function is one short transaction; none is open while the work itself runs.
 """
 
 from __future__ import annotations
@@ -12,48 +15,20 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, policy
-from pipeline.errors import LeaseLost, WaitingForInput
+from pipeline import db
+from pipeline.core import outcome as decide
+from pipeline.core import policy
+from pipeline.core.errors import LeaseLost, WaitingForInput
+from pipeline.core.outcome import Outcome
+from pipeline.core.records import Asset, Task
+from pipeline.core.states import TaskStatus, check_transition
 from pipeline.settings import Settings
-from pipeline.states import TaskStatus
 
-
-@dataclass(frozen=True)
-class Task:
-    """A claimed task: what a worker needs to do one attempt, and to prove it holds the lease."""
-
-    id: int
-    content_id: int
-    version: int
-    kind: str
-    block_key: str | None
-    input: dict
-    fingerprint: str
-    attempts: int
-    max_attempts: int
-    deadline_at: datetime
-    lease_token: uuid.UUID
-    lease_until: datetime
-    attempt_ends_at: datetime | None = None   # the heartbeat stops and the call ends by then
-
-    @classmethod
-    def from_row(cls, row: dict) -> "Task":
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
-
-
-@dataclass(frozen=True)
-class Asset:
-    sha256: str
-    media_type: str
-    size: int
-    width: int | None = None
-    height: int | None = None
-    duration_ms: int | None = None
+DEADLINE_BEFORE_CLAIM = "deadline passed before the task could run"
 
 
 def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
@@ -69,9 +44,20 @@ def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds:
     return Task.from_row(row) if row else None
 
 
-def fail_if_past_deadline(conn: psycopg.Connection, task_id: int, *, actor: str) -> bool:
+def fail_past_deadline(conn: psycopg.Connection, task_ids: list[int], *, actor: str,
+                       last_error: str = "deadline passed") -> list[int]:
+    """Fail those of these waiting tasks whose deadline passed, each with a dead letter; the ids that failed."""
     with conn.transaction():
-        return db.one(conn, "tasks_fail_past_deadline", {"task_id": task_id, "actor": actor}) is not None
+        rows = db.all(conn, "tasks_fail_past_deadline", {"ids": task_ids, "actor": actor, "last_error": last_error})
+    return [row["id"] for row in rows]
+
+
+def supersede_older(conn: psycopg.Connection, content_id: int, version: int, *, actor: str, reason: str) -> list[int]:
+    """Every unfinished task of the content's versions before `version` becomes superseded (in the caller's
+    transaction); a running one loses its lease, so its worker's fenced exit matches nothing."""
+    rows = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": version, "actor": actor,
+                                                  "reason": reason})
+    return [row["task_id"] for row in rows]
 
 
 @dataclass(frozen=True)
@@ -101,7 +87,7 @@ def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> boo
 
 
 def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor: str,
-                   now: datetime) -> policy.Outcome | None:
+                   now: datetime) -> Outcome | None:
     """Park the task until the holder of its input is done, spending no attempt; None if nobody holds it now.
 
     The holder's row is locked while we park, so its release (which wakes the waiters) comes after.
@@ -127,24 +113,100 @@ def release_input(conn: psycopg.Connection, task: Task) -> None:
             db.execute(conn, "tasks_wake_input_waiters", {"fingerprint": task.fingerprint})
 
 
-def _finish(conn: psycopg.Connection, task: Task, to: TaskStatus, *, actor: str, reason: str,
-            asset: str | None = None, available_at: datetime | None = None, refund: bool = False,
-            last_error: str | None = None, details: dict[str, Any] | None = None,
-            waiting_for: str | None = None) -> dict | None:
-    return db.one(conn, "tasks_finish", {
-        "task_id": task.id, "lease_token": task.lease_token, "to_status": to.value, "actor": actor,
-        "reason": reason, "asset_sha256": asset, "available_at": available_at, "refund": int(refund),
-        "last_error": last_error, "details": Jsonb(details) if details else None, "waiting_for": waiting_for})
+@dataclass(frozen=True)
+class Seen:
+    """A task as the one moving it saw it; a move matches only while the task is still so.
+
+    `by` is the mover's role in the transition table: a "worker" holds the task's current lease
+    (its call, if any, is over when it moves the task); the "reconciler" saw the lease run out,
+    or the task `unknown`, and cannot know whether a call is still in flight.
+    """
+
+    task: Task | None
+    task_id: int
+    status: TaskStatus
+    lease_token: uuid.UUID | str | None
+    fingerprint: str
+    kind: str
+    by: str
+
+    @classmethod
+    def held(cls, task: Task) -> "Seen":
+        """The task a worker claimed and still holds."""
+        return cls(task, task.id, TaskStatus.RUNNING, task.lease_token, task.fingerprint, task.kind, "worker")
+
+    @classmethod
+    def found(cls, row: dict) -> "Seen":
+        """A task row the reconciler read (the lease of a running one expired)."""
+        token = str(row["lease_token"]) if row["lease_token"] else None
+        return cls(None, row["id"], TaskStatus(row["status"]), token, row["fingerprint"], row["kind"], "reconciler")
 
 
-def _lost(conn: psycopg.Connection, task: Task, actor: str, wanted: TaskStatus) -> TaskStatus:
-    """After a guarded exit matched nothing: cancel if that is why, else raise LeaseLost."""
-    if wanted is not TaskStatus.CANCELLED and _finish(conn, task, TaskStatus.CANCELLED, actor=actor,
-                                                      reason="version cancelled") is not None:
-        return TaskStatus.CANCELLED
-    current = db.one(conn, "tasks_get", {"task_id": task.id})
-    raise LeaseLost(f"task {task.id}: lease {task.lease_token} is no longer current "
-                    f"(status {current['status']}); nothing was written")
+@dataclass(frozen=True)
+class Applied:
+    status: TaskStatus | None            # where the task went; None when it was not as its mover saw it
+    row: dict | None = None
+    unblocked: tuple[int, ...] = ()      # outbox rows of dependents this success made runnable
+    lost: LeaseLost | None = None        # a worker's success whose lease was lost: raise after the commit
+
+
+def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str) -> Applied:
+    """Write one decision about a task, inside the caller's transaction; the one place any task leaves
+    `running` (or the reconciler moves an `unknown` one).
+
+    A worker that lost its lease writes nothing (`LeaseLost`), except what was paid for: a success
+    keeps its asset indexed and its input released (`Applied.lost`, for the caller to raise after the
+    commit), so newer work reuses the asset. If the lease was lost to a cancel, the task is cancelled.
+    """
+    check_transition(seen.status, outcome.to, seen.by)
+    if outcome.to is TaskStatus.SUCCEEDED:   # dependents are released exactly once (docs/decisions.md)
+        db.all(conn, "tasks_lock_dependents", {"task_id": seen.task_id})
+    if outcome.asset is not None:            # a paid result is kept whatever happens to the move
+        db.execute(conn, "assets_upsert", outcome.asset.__dict__)
+        db.execute(conn, "asset_inputs_upsert", {"fingerprint": seen.fingerprint, "sha256": outcome.asset.sha256})
+    if seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN:
+        release_input(conn, seen.task)       # the call is over; an unknown one keeps its input held
+    row = _move(conn, seen, outcome, actor)
+    if row is None:
+        return _not_moved(conn, seen, outcome, actor)
+    unblocked = ()
+    if outcome.to is TaskStatus.SUCCEEDED:
+        unblocked = tuple(r["id"] for r in db.all(conn, "outbox_add_unblocked", {"task_id": seen.task_id}))
+    if outcome.to is TaskStatus.RETRY:
+        db.execute(conn, "outbox_add", {"task_id": seen.task_id, "lane": None,   # the version's lane
+                                        "available_at": outcome.available_at})
+    if outcome.dead_letter:
+        db.execute(conn, "dead_letters_insert", {"task_id": seen.task_id, "reason": outcome.dead_letter,
+                                                 "last_error": outcome.reason[:2000], "attempts": row["attempts"]})
+    return Applied(outcome.to, row, unblocked)
+
+
+def _move(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: str) -> dict | None:
+    error = None if outcome.error is None else outcome.error[:2000]
+    return db.one(conn, "tasks_move", {
+        "task_id": seen.task_id, "from_status": seen.status.value, "lease_token": seen.lease_token,
+        "fence": seen.by, "to_status": outcome.to.value, "actor": actor, "event": outcome.event,
+        "reason": outcome.reason, "asset_sha256": outcome.asset.sha256 if outcome.asset else None,
+        "available_at": outcome.available_at, "refund": int(outcome.refund_attempt), "last_error": error,
+        "last_error_code": outcome.code.value if error is not None else None, "waiting_for": outcome.waiting_for,
+        "details": Jsonb(outcome.details) if outcome.details else None})
+
+
+def _not_moved(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: str) -> Applied:
+    """The task was not as its mover saw it. The reconciler leaves it; a worker's lease was lost:
+    to a cancel (then the task is cancelled now), or to someone else (LeaseLost)."""
+    if seen.by != "worker":
+        return Applied(None)
+    if outcome.to is not TaskStatus.CANCELLED:
+        row = _move(conn, seen, decide.cancelled(), actor)
+        if row is not None:
+            return Applied(TaskStatus.CANCELLED, row)
+    current = db.one(conn, "tasks_get", {"task_id": seen.task_id})
+    lost = LeaseLost(f"task {seen.task_id}: lease {seen.lease_token} is no longer current "
+                     f"(status {current['status']}); nothing was written")
+    if outcome.asset is None:
+        raise lost
+    return Applied(None, lost=lost)
 
 
 def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
@@ -156,25 +218,15 @@ def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, r
     `reused_from`: the provider whose earlier call made the asset; the `reused` event and ledger
     row are written in the same transaction as the completion.
     """
-    lost: LeaseLost | None = None
+    code = decide.Reason.REUSED if reused_from is not None else decide.Reason.SUCCEEDED
     with conn.transaction():
-        db.all(conn, "tasks_lock_dependents", {"task_id": task.id})
-        db.execute(conn, "assets_upsert", asset.__dict__)
-        db.execute(conn, "asset_inputs_upsert", {"fingerprint": task.fingerprint, "sha256": asset.sha256})
-        release_input(conn, task)
-        if _finish(conn, task, TaskStatus.SUCCEEDED, actor=actor, reason=reason, asset=asset.sha256,
-                   details=details) is None:
-            try:
-                return _lost(conn, task, actor, TaskStatus.SUCCEEDED), []
-            except LeaseLost as exc:
-                lost = exc          # commit the asset, then tell the caller
-        else:
-            if reused_from is not None:
-                _record_reuse(conn, task, asset, actor, reused_from)
-            unblocked = db.all(conn, "outbox_add_unblocked", {"task_id": task.id})
-    if lost is not None:
-        raise lost
-    return TaskStatus.SUCCEEDED, [row["id"] for row in unblocked]
+        applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
+                        actor=actor)
+        if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
+            _record_reuse(conn, task, asset, actor, reused_from)
+    if applied.lost is not None:
+        raise applied.lost
+    return applied.status, list(applied.unblocked)
 
 
 def _record_reuse(conn: psycopg.Connection, task: Task, asset: Asset, actor: str, provider: str) -> None:
@@ -187,49 +239,31 @@ def _record_reuse(conn: psycopg.Connection, task: Task, asset: Asset, actor: str
 
 
 def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
-                 now: datetime, rng: random.Random | None = None) -> policy.Outcome:
-    """Apply the retry policy to an attempt that raised `error`."""
+                 now: datetime, rng: random.Random | None = None) -> Outcome:
+    """Apply the retry policy to an attempt that raised `error`; what was decided (a cancel, if the
+    version was cancelled meanwhile). LeaseLost, having written nothing, when the lease was lost."""
     outcome = policy.after_failure(error, attempts=task.attempts, max_attempts=task.max_attempts, now=now,
                                    deadline=task.deadline_at, base=cfg.backoff_base_seconds,
                                    cap=cfg.backoff_cap_seconds, rng=rng or random.Random())
-    waiting_for = getattr(error, "waiting_for", None) if outcome.status is TaskStatus.RETRY else None
     with conn.transaction():
-        if outcome.status is not TaskStatus.UNKNOWN:   # an unknown call keeps its input held until a decision
-            release_input(conn, task)
-        row = _finish(conn, task, outcome.status, actor=actor, reason=outcome.reason,
-                      available_at=outcome.available_at, refund=outcome.refund_attempt,
-                      last_error=outcome.reason[:2000], details={"error_class": error.__class__.__name__},
-                      waiting_for=waiting_for)
-        if row is None:
-            _lost(conn, task, actor, outcome.status)
-            return policy.Outcome(TaskStatus.CANCELLED, reason="version cancelled")
-        if outcome.status is TaskStatus.RETRY:
-            db.execute(conn, "outbox_add", {"task_id": task.id, "lane": None,   # the version's lane
-                                            "available_at": outcome.available_at})
-        if outcome.dead_letter:
-            db.execute(conn, "dead_letters_insert", {"task_id": task.id, "reason": outcome.dead_letter,
-                                                     "last_error": outcome.reason[:2000],
-                                                     "attempts": row["attempts"]})
-    return outcome
+        applied = apply(conn, Seen.held(task), outcome, actor=actor)
+    return outcome if applied.status is outcome.to else decide.cancelled()
 
 
 def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str) -> None:
+    """The worker stops: its version was cancelled. LeaseLost, having written nothing, when the lease was lost."""
     with conn.transaction():
-        release_input(conn, task)
-        if _finish(conn, task, TaskStatus.CANCELLED, actor=actor, reason="version cancelled") is None:
-            _lost(conn, task, actor, TaskStatus.CANCELLED)
+        apply(conn, Seen.held(task), decide.cancelled(), actor=actor)
 
 
 def find_reusable(conn: psycopg.Connection, fingerprint: str) -> Asset | None:
     row = db.one(conn, "asset_inputs_find", {"fingerprint": fingerprint})
-    if row is None:
-        return None
-    return Asset(row["sha256"], row["media_type"], row["size"], row["width"], row["height"], row["duration_ms"])
+    return None if row is None else Asset.from_row(row)
 
 
 def record_event(conn: psycopg.Connection, task: Task, action: str, *, actor: str, reason: str = "",
                  details: dict | None = None) -> None:
     db.execute(conn, "events_insert", {
         "task_id": task.id, "content_id": task.content_id, "version": task.version, "action": action,
-        "actor": actor, "attempt": task.attempts, "lease_token": task.lease_token, "reason": reason,
-        "details": Jsonb(details) if details else None})
+        "from_status": None, "to_status": None, "actor": actor, "attempt": task.attempts,
+        "lease_token": task.lease_token, "reason": reason, "details": Jsonb(details) if details else None})

@@ -14,8 +14,8 @@ import psycopg
 from rq import get_current_job
 
 from pipeline import db, dispatch, engine, runtime
-from pipeline.engine import Task
-from pipeline.errors import Cancelled, LeaseLost, Transient
+from pipeline.core.records import Task
+from pipeline.core.errors import Cancelled, LeaseLost, Transient
 from pipeline.log import log
 
 
@@ -109,7 +109,7 @@ def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None
         parked = engine.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
                                        now=datetime.now(timezone.utc))
         if parked is not None:
-            return parked.status.value, []
+            return parked.to.value, []
         reused = _reuse(rt, task)
         if reused:
             return reused
@@ -135,8 +135,8 @@ def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[i
         outcome = engine.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
                                       now=datetime.now(timezone.utc))
         log("attempt_failed", task_id=task.id, attempt=task.attempts, lease_token=task.lease_token,
-            error=exc.__class__.__name__, status=outcome.status.value)
-        return outcome.status.value, []
+            error=exc.__class__.__name__, status=outcome.to.value)
+        return outcome.to.value, []
     status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id)
     return status.value, unblocked
 
@@ -147,7 +147,8 @@ def run_task(task_id: int) -> str:
     job_id = job.id if job else None
     task = _claim(rt, task_id, job_id)
     if task is None:
-        failed = engine.fail_if_past_deadline(rt.conn(), task_id, actor=rt.worker_id)
+        failed = engine.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id,
+                                           last_error=engine.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
         return "failed" if failed else "skipped"
     fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,

@@ -18,7 +18,7 @@ from datetime import datetime
 import psycopg
 
 from pipeline import db
-from pipeline.errors import InvalidInput, NotFound
+from pipeline.core.errors import InvalidInput, NotFound
 
 ROLES = ("editor", "reviewer", "admin")
 TOKEN_PREFIX = "mp_"

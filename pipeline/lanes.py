@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.errors import InvalidInput
+from pipeline.core.errors import InvalidInput
 from pipeline.settings import Settings
 
 KINDS = ("image", "tts", "bundle")

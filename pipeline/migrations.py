@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import tuple_row
 
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
 LOCK_KEY = 0x6D656469  # advisory lock id shared by every migrate run

@@ -1,22 +1,27 @@
-"""Read models for people and monitors: contents list, version board, task timeline, spend, gauges.
+"""Read models for people and monitors: contents list, version board, task timeline, spend, gauges,
+and the stored media files they point at.
 
 Everything here only reads. Each function runs its queries in one read transaction so
 a page shows one consistent moment; shaping rows into documents is done by small pure
-functions (`progress`, `summarise_spend`, `approval_blockers`). URLs are the web
-layer's business: documents carry sha256 digests, not paths.
+functions (`progress`, `summarise_spend`, `approval_blockers`). The web asks here for
+receipts and media files too (it never opens the receipt book or the media store itself).
+URLs are the web layer's business: documents carry sha256 digests, not paths.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Iterable
 
 import psycopg
 
 from pipeline import db
-from pipeline.errors import NotFound
-from pipeline.states import TaskStatus
+from pipeline.core.errors import NotFound
+from pipeline.core.records import extension
+from pipeline.core.states import TaskStatus
 from receipts.calls import ReceiptBook
 
 # Ledger outcomes after which the provider may have charged us.
@@ -90,7 +95,8 @@ def _task_doc(row: dict, events: list[dict]) -> dict:
             "attempts": row["attempts"], "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
             "next_attempt_at": row["available_at"] if row["status"] in WAITING else None,
             "deadline_at": row["deadline_at"], "lease_until": row["lease_until"],
-            "last_error": row["last_error"], "dead_letter": row["dead_letter"], "waiting_for": row["waiting_for"],
+            "last_error": row["last_error"], "last_error_code": row["last_error_code"],
+            "dead_letter": row["dead_letter"], "waiting_for": row["waiting_for"],
             "sha256": row["asset_sha256"], "media_type": row["media_type"], "size": row["asset_size"],
             "duration_ms": row["duration_ms"], "reusable": row["reusable"], "updated_at": row["updated_at"],
             "events": events}
@@ -171,7 +177,7 @@ def summarise_spend(calls: Iterable[dict]) -> dict:
 
 
 def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
-    """A task's timeline: its events, ledger rows and the receipts on disk."""
+    """A task's timeline: its events, ledger rows and its receipts in the store (pipeline.storage)."""
     with conn.transaction():
         row = db.one(conn, "tasks_get_for_view", {"task_id": task_id})
         if row is None:
@@ -182,7 +188,8 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
             "kind": row["kind"], "block": row["block_key"], "status": row["status"], "attempts": row["attempts"],
             "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
             "next_attempt_at": row["available_at"] if row["status"] in WAITING else None,
-            "deadline_at": row["deadline_at"], "last_error": row["last_error"], "waiting_for": row["waiting_for"],
+            "deadline_at": row["deadline_at"], "last_error": row["last_error"],
+            "last_error_code": row["last_error_code"], "waiting_for": row["waiting_for"],
             "sha256": row["asset_sha256"], "input": row["input"], "fingerprint": row["fingerprint"],
             "is_current": row["version"] == row["current_version"],
             "events": [_event_doc(e) for e in events],

@@ -23,15 +23,18 @@ import psycopg
 
 from pipeline import bundle, db, spend, storage
 from pipeline.db import connect
-from pipeline.engine import Asset, Task
-from pipeline.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, PipelineError, ProviderError, Transient
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.records import Asset, Task
+from pipeline.core import policy
+from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, Transient
+from pipeline.core.fingerprint import idempotency_key
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings, session_options
 from pipeline.work import WorkContext
 from providers.base import GenerateRequest, Provider, Result
+from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
-from receipts.calls import Intent, Outcome, ReceiptBook, now
+from receipts.calls import Intent, ReceiptBook, now
+from receipts.calls import Outcome as ResultReceipt
 from receipts.media import MediaStore
 
 PROVIDER_KIND = {"image": "image", "tts": "audio"}
@@ -46,9 +49,13 @@ def provider_config(p: ProviderSettings) -> ProviderConfig:
 
 
 def build_providers(cfg: Settings) -> dict[str, Provider]:
-    return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
-                                 journal_dir=cfg.media_dir / "provider-journal" / kind)
-            for kind in ("image", "tts")}
+    """The configured provider of each media kind; ConfigError (naming the setting) when one cannot be built."""
+    try:
+        return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
+                                     journal_dir=cfg.media_dir / "provider-journal" / kind)
+                for kind in ("image", "tts")}
+    except ProviderConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def request_for(task: Task, seconds_left: float | None = None) -> GenerateRequest:
@@ -63,10 +70,17 @@ def request_for(task: Task, seconds_left: float | None = None) -> GenerateReques
                                                    "locale": data["locale"], "options": options}, key, seconds_left)
 
 
-def asset_of(sha256: str, result: Result) -> Asset:
-    meta = result.metadata or {}
-    return Asset(sha256, result.media_type, len(result.data), meta.get("width"), meta.get("height"),
-                 meta.get("duration_ms"))
+def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int, lease_token: object,
+                result: Result, call_ms: int) -> Asset:
+    """Store a call's result and write its result receipt (both durable); the asset it became.
+
+    The executor keeps what its call returned; the reconciler keeps what a provider's lookup returned.
+    """
+    sha = store.put(result.data)
+    asset = Asset.from_result(sha, result)
+    book.write_result(ResultReceipt(task_id, attempt, str(lease_token), result.provider_request_id, sha, asset.size,
+                                    asset.media_type, asset.width, asset.height, asset.duration_ms, call_ms, now()))
+    return asset
 
 
 @dataclass
@@ -150,7 +164,7 @@ class ProviderExecutor:
             ctx.check()
             return self._call(task, ctx, provider, settings, request, replay)
         except Exception as exc:
-            if booking is not None and _unpaid(exc):
+            if booking is not None and policy.unpaid(exc):
                 self._refund(booking)
             raise
         finally:
@@ -179,19 +193,15 @@ class ProviderExecutor:
             result = provider.generate(request)
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
-            charged = isinstance(exc, Ambiguous) and not replay
+            charged = policy.may_have_charged(exc, replay=replay)
             self._record(ctx, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
                          latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
-            if isinstance(exc, Ambiguous) and settings.honours_idempotency_key:
-                raise Transient(f"{exc} (safe to repeat: the provider honours idempotency keys)",
-                                http_status=exc.http_status) from exc
-            raise
+            decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
+            if decided is exc:
+                raise
+            raise decided from exc
         elapsed = int((time.monotonic() - started) * 1000)
-        sha = self.store.put(result.data)
-        asset = asset_of(sha, result)
-        self.book.write_result(Outcome(task.id, task.attempts, str(task.lease_token), result.provider_request_id,
-                                       sha, asset.size, asset.media_type, asset.width, asset.height,
-                                       asset.duration_ms, elapsed, now()))
+        asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
         self._record(ctx, **record, outcome="replayed" if replay else "succeeded", http_status=200,
                      latency_ms=elapsed, cost=0.0 if replay else settings.cost_per_call)
@@ -206,14 +216,3 @@ class ProviderExecutor:
         except psycopg.Error as exc:
             log("ledger_write_failed", idempotency_key=row["idempotency_key"], outcome=row["outcome"],
                 error=exc.__class__.__name__)
-
-
-def _unpaid(error: BaseException) -> bool:
-    """True when the call provably cost nothing: never sent, refused, or stopped before the provider acted.
-
-    An Ambiguous answer that a key-honouring provider makes safe to repeat (Transient caused by
-    Ambiguous) may still have been charged: its booking stays.
-    """
-    if isinstance(error.__cause__, Ambiguous):
-        return False
-    return isinstance(error, (Transient, Busy, Permanent, Cancelled, LeaseLost))

@@ -1,7 +1,9 @@
-"""The reconciler: gather evidence, decide (pipeline.recovery), apply in short guarded transactions.
+"""The reconciler: gather evidence, decide (pipeline.core.recovery), apply (pipeline.engine.apply).
 
-One run at a time (a session advisory lock); every step works in bounded batches,
-so no transaction touches more than `batch` rows. A run is recorded with its counts.
+One run at a time (a session advisory lock); every step works in bounded batches, so no
+transaction touches more than `batch` rows (superseding goes a content at a time, as a save
+does). Each decision is applied in its own short transaction by the same `apply` a worker
+uses. A run is recorded with its counts.
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, recovery, storage
-from pipeline.engine import Asset
-from pipeline.fingerprint import idempotency_key
+from pipeline import db, engine, storage
+from pipeline.core import recovery
+from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.outcome import Outcome
+from pipeline.core.records import Asset
+from pipeline.core.states import TaskStatus
 from pipeline.log import log
+from pipeline.providerwork import keep_result
 from pipeline.settings import Settings
-from pipeline.states import TaskStatus
 from providers.base import Found, NotFound, Provider
-from receipts.calls import Outcome, now as receipt_now
 
 
+ACTOR = "reconciler"   # its role in the transition table, and the actor its events name
 RETENTION_INTERVAL_SECONDS = 3600  # retention reads old history; once an hour is plenty for day-long periods
 
 
@@ -73,16 +78,10 @@ class Reconciler:
             return recovery.NOT_FOUND, None
         if not isinstance(answer, Found):
             return recovery.UNSUPPORTED, None
-        result = answer.result
-        sha = self.store.put(result.data)
-        meta = result.metadata or {}
-        asset = Asset(sha, result.media_type, len(result.data), meta.get("width"), meta.get("height"),
-                      meta.get("duration_ms"))
         if row["attempts"] and row["lease_token"]:
-            self.book.write_result(Outcome(row["id"], row["attempts"], str(row["lease_token"]),
-                                           result.provider_request_id, sha, asset.size, asset.media_type,
-                                           asset.width, asset.height, asset.duration_ms, 0, receipt_now()))
-        return recovery.FOUND, asset
+            return recovery.FOUND, keep_result(self.store, self.book, row["id"], row["attempts"], row["lease_token"],
+                                               answer.result, 0)
+        return recovery.FOUND, Asset.from_result(self.store.put(answer.result.data), answer.result)
 
     def evidence(self, row: dict) -> recovery.Evidence:
         status = TaskStatus(row["status"])
@@ -99,30 +98,15 @@ class Reconciler:
 
     # apply -------------------------------------------------------------------------------------
 
-    def apply(self, action: recovery.Action, ev: recovery.Evidence) -> bool:
+    def apply(self, action: Outcome, row: dict) -> bool:
+        """Apply a decision about a task row it read (engine.apply, as a worker's); False when the task changed."""
         if action.to is None:
             return False
         with self.conn.transaction():
-            if action.asset:
-                db.execute(self.conn, "assets_upsert", action.asset.__dict__)
-            row = db.one(self.conn, "tasks_recover", {
-                "task_id": action.task_id, "from_status": ev.status.value, "lease_token": ev.lease_token,
-                "to_status": action.to.value, "asset_sha256": action.asset.sha256 if action.asset else None,
-                "available_at": action.available_at, "reason": action.reason, "event": action.event})
-            if row is None:
-                return False
-            if action.asset:
-                db.execute(self.conn, "asset_inputs_upsert", {"fingerprint": row["fingerprint"],
-                                                              "sha256": action.asset.sha256})
-                db.all(self.conn, "outbox_add_unblocked", {"task_id": row["id"]})
-            if action.to is TaskStatus.RETRY:
-                db.execute(self.conn, "outbox_add", {"task_id": row["id"], "lane": None,  # the version's lane
-                                                     "available_at": action.available_at})
-            if action.dead_letter:
-                db.execute(self.conn, "dead_letters_insert", {"task_id": row["id"], "reason": action.dead_letter,
-                                                              "last_error": action.reason,
-                                                              "attempts": row["attempts"]})
-        log("reconciled", task_id=action.task_id, to=action.to.value, reason=action.reason, via=action.event)
+            applied = engine.apply(self.conn, engine.Seen.found(row), action, actor=ACTOR)
+        if applied.status is None:
+            return False
+        log("reconciled", task_id=row["id"], to=action.to.value, reason=action.reason, via=action.event)
         return True
 
     def _decide_and_apply(self, query: str, decide, report: Report, label: str, pages: int) -> None:
@@ -139,7 +123,7 @@ class Reconciler:
             ev = self.evidence(row)
             action = decide(ev, self.now(), base=self.cfg.backoff_base_seconds, cap=self.cfg.backoff_cap_seconds,
                             rng=self.rng)
-            if self.apply(action, ev):
+            if self.apply(action, row):
                 report.add(f"{label}_{action.to.value}")
                 return True
         except psycopg.OperationalError:
@@ -157,6 +141,27 @@ class Reconciler:
             if n < self.batch:
                 return
 
+    def supersede_old(self, report: Report) -> None:
+        """Unfinished work of versions older than their content's current one, as a save supersedes it."""
+        while True:
+            contents, moved = db.all(self.conn, "reconcile_contents_with_old_work", {"limit": self.batch}), 0
+            for row in contents:
+                with self.conn.transaction():
+                    moved += len(engine.supersede_older(self.conn, row["content_id"], row["current_version"],
+                                                        actor=ACTOR, reason="a newer version exists"))
+            report.add("superseded", moved)
+            if len(contents) < self.batch or not moved:
+                return
+
+    def fail_past_deadline(self, report: Report) -> None:
+        """Waiting tasks whose deadline passed fail with a dead letter, a batch per transaction."""
+        while True:
+            due = [row["id"] for row in db.all(self.conn, "reconcile_past_deadline", {"limit": self.batch})]
+            failed = engine.fail_past_deadline(self.conn, due, actor=ACTOR) if due else []
+            report.add("deadline_failed", len(failed))
+            if len(due) < self.batch or not failed:
+                return
+
     def retention(self, report: Report) -> None:
         """Unused old assets and old receipts; at most once per RETENTION_INTERVAL, since it reads history."""
         with self.conn.transaction():
@@ -166,9 +171,9 @@ class Reconciler:
             return
         report.add("retention_runs")
         days = self.cfg.media_retention_days
-        for row in db.all(self.conn, "reconcile_stale_assets", {"days": days, "limit": self.batch}):
+        for row in db.all(self.conn, "assets_stale", {"days": days, "limit": self.batch}):
             with self.conn.transaction():
-                gone = db.one(self.conn, "reconcile_delete_asset", {"sha256": row["sha256"]})
+                gone = db.one(self.conn, "assets_delete", {"sha256": row["sha256"]})
             if gone:
                 self.store.delete(row["sha256"])
                 report.add("assets_deleted")
@@ -188,12 +193,12 @@ class Reconciler:
             return Report(locked=False)
         try:
             run_id = db.scalar(self.conn, "reconcile_runs_start")
-            self._bulk("reconcile_supersede_old", {}, report, "superseded")
+            self.supersede_old(report)
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=50)
             self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown", pages=1)
-            self._bulk("reconcile_fail_past_deadline", {}, report, "deadline_failed")
-            self._bulk("reconcile_outbox_unblocked", {}, report, "unblocked")
-            self._bulk("reconcile_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
+            self.fail_past_deadline(report)
+            self._bulk("outbox_add_missing_unblocked", {}, report, "unblocked")
+            self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
             self.retention(report)
             db.execute(self.conn, "reconcile_runs_finish", {"run_id": run_id, "counts": Jsonb(report.counts),
                                                             "errors": report.errors})

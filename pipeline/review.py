@@ -17,11 +17,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import bundle, db, lanes, versions
-from pipeline.errors import Conflict, NotFound, StaleTransition
+from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.settings import Settings
-from pipeline.states import PENDING, TaskStatus, check_transition
+from pipeline.core.states import PENDING, TaskStatus, check_transition
 
-# Who an API key's holder acts as in the state machine (pipeline.states.TRANSITIONS).
+# Who an API key's holder acts as in the state machine (pipeline.core.states.TRANSITIONS).
 EDITOR = "editor"
 DUPLICATE_RISK = ("The provider may already have done this work and charged for it; we could not confirm. "
                   "Retrying may pay for it twice. Send {\"accept_duplicate_risk\": true} to retry anyway, "
@@ -65,10 +65,10 @@ class Blockers:
 
 def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_status: str | None,
            from_status: str | None, reason: str, details: dict | None = None, task_id: int | None = None) -> None:
-    db.execute(conn, "events_insert_transition", {
+    db.execute(conn, "events_insert", {
         "task_id": task_id, "content_id": row["content_id"], "version": row["version"], "action": action,
         "from_status": from_status, "to_status": to_status, "actor": actor, "attempt": row.get("attempts"),
-        "reason": reason, "details": Jsonb(details) if details else None})
+        "lease_token": None, "reason": reason, "details": Jsonb(details) if details else None})
 
 
 def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> Approval:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from providers.urls import UnsafeBaseURL, check_scheme
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from datetime import date, datetime, timezone
 import psycopg
 
 from pipeline import db
-from pipeline.errors import BudgetReached
+from pipeline.core.errors import BudgetReached
 from pipeline.settings import ProviderSettings, Settings
 
 

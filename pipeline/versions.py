@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, lanes
+from pipeline import db, engine, lanes
 from pipeline.overview import FINISHED, version_status
-from pipeline.content import Draft, ProviderInfo, plan_tasks, stamped
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.content import Draft, ProviderInfo, plan_tasks, stamped
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
 
 
@@ -109,8 +109,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
         "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id,
         "lane": lane})
-    superseded = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": number, "actor": actor,
-                                                        "reason": f"superseded by version {number}"})
+    superseded = engine.supersede_older(conn, content_id, number, actor=actor, reason=f"superseded by version {number}")
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
     if key_id is not None:
         _admit_key(conn, cfg, key_id)

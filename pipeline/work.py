@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipeline.engine import Asset, Task
+from pipeline.core.records import Asset, Task
 
 
 class WorkContext(Protocol):

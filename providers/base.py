@@ -3,7 +3,7 @@
 This module owns the request/result value types, the three answers of a
 lookup, and the `Provider` protocol every adapter satisfies. It does no I/O
 and knows nothing of tasks, receipts or databases. Adapters raise only the
-four classified errors of `pipeline.errors` (Permanent, Transient, Ambiguous,
+four classified errors of `providers.errors` (Permanent, Transient, Ambiguous,
 Busy) from `generate`.
 """
 

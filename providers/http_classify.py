@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
-from pipeline.errors import Ambiguous, Busy, Permanent, ProviderError, Transient
+from .errors import Ambiguous, Busy, Permanent, ProviderError, Transient
 
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
 DEFAULT_RETRY_AFTER = 1.0

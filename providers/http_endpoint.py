@@ -28,8 +28,7 @@ from typing import Any, TypeVar
 import requests
 import urllib3
 
-from pipeline.errors import Ambiguous
-
+from .errors import Ambiguous
 from .http_classify import BadBody, HttpStatus, classify
 from .urls import api_root
 

@@ -35,9 +35,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import Ambiguous, Busy, InvalidInput, Permanent, Transient
-
 from .base import Found, GenerateRequest, LookupAnswer, NotFound, Result
+from .errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
@@ -176,7 +175,7 @@ class FaultPlan:
     def arm(self, fault: str) -> None:
         """Arm `fault` for the next generate call (in any process sharing the directory)."""
         if fault not in FAULTS:
-            raise InvalidInput(f"unknown fault {fault!r}: choose one of {', '.join(FAULTS)}", field="fault")
+            raise ProviderConfigError(f"unknown fault {fault!r}: choose one of {', '.join(FAULTS)}")
         # A nanosecond prefix keeps arming order; the uuid keeps two arms apart.
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}-{fault}"
         write_atomically(self._dir / name, fault.encode("ascii"))

@@ -28,9 +28,8 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from pipeline.errors import Permanent
-
 from .base import GenerateRequest, Result
+from .errors import Permanent
 from .journal import LocalProvider
 
 FONT_PATH = Path(__file__).resolve().parent / "fonts" / "NotoSansSC-subset.otf"

@@ -5,7 +5,7 @@ binding to the libespeak-ng shipped by the optional `espeakng-loader`
 package, and the `LocalSpeechProvider` adapter (journal and armed faults via
 `journal.LocalProvider`). eSpeak NG is GPL-3.0-or-later, so nothing here is
 imported by `providers/__init__`; the package is imported when a provider is
-constructed, and its absence is a clear ConfigError then.
+constructed, and its absence is a clear ProviderConfigError then.
 
 The engine is one global per process and not thread-safe: every use holds
 `_ENGINE_LOCK`, and it is initialised once, lazily, with the package's own
@@ -29,9 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import ConfigError, Permanent, Transient
-
 from .base import GenerateRequest, Result
+from .errors import Permanent, ProviderConfigError, Transient
 from .journal import LocalProvider
 
 AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -84,7 +83,7 @@ def _load_loader() -> Any:
     try:
         import espeakng_loader
     except ImportError as exc:
-        raise ConfigError(
+        raise ProviderConfigError(
             "the local speech provider needs the optional package espeakng-loader "
             "(eSpeak NG, GPL-3.0-or-later): pip install espeakng-loader==0.2.4, "
             "or choose another TTS backend"

@@ -31,9 +31,8 @@ from typing import Any
 
 import requests
 
-from pipeline.errors import Permanent
-
 from .base import GenerateRequest, LookupAnswer, Result, Unsupported
+from .errors import Permanent, ProviderConfigError
 from .http_classify import BadBody
 from .http_endpoint import Answer, HttpEndpoint, Limits
 
@@ -159,7 +158,7 @@ class OpenAISpeechProvider:
                  limits: Limits, voice: str = "alloy", response_format: str = "wav",
                  options: Mapping[str, str] | None = None, honours_idempotency_key: bool = False) -> None:
         if response_format not in AUDIO_TYPES:
-            raise ValueError(f"response_format {response_format!r}: choose one of {', '.join(AUDIO_TYPES)}")
+            raise ProviderConfigError(f"response_format {response_format!r}: choose one of {', '.join(AUDIO_TYPES)}")
         self._http = HttpEndpoint(base_url, api_key, session, limits)
         self.model = model
         self.voice = voice

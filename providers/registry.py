@@ -13,9 +13,8 @@ from pathlib import Path
 
 import requests
 
-from pipeline.errors import ConfigError, Permanent
-
 from .base import KINDS, Provider
+from .errors import Permanent, ProviderConfigError
 from .urls import UnsafeBaseURL, check_scheme
 
 BACKENDS = ("local", "openai")
@@ -41,26 +40,26 @@ class ProviderConfig:
 
 def build_provider(kind: str, cfg: ProviderConfig, *, session: requests.Session | None = None,
                    journal_dir: Path | None = None) -> Provider:
-    """The provider for `kind` ("image" or "audio") as `cfg` describes; ConfigError if invalid."""
+    """The provider for `kind` ("image" or "audio") as `cfg` describes; ProviderConfigError if invalid."""
     if kind not in KINDS:
-        raise ConfigError(f"provider kind {kind!r} is unknown: choose one of {', '.join(KINDS)}")
+        raise ProviderConfigError(f"provider kind {kind!r} is unknown: choose one of {', '.join(KINDS)}")
     if cfg.backend == "local":
         return _build_local(kind, cfg, journal_dir)
     if cfg.backend == "openai":
         return _build_openai(kind, cfg, requests.Session() if session is None else session)
-    raise ConfigError(f"provider backend {cfg.backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
+    raise ProviderConfigError(f"provider backend {cfg.backend!r} is unknown: choose one of {', '.join(BACKENDS)}")
 
 
 def _build_local(kind: str, cfg: ProviderConfig, journal_dir: Path | None) -> Provider:
     if journal_dir is None:
-        raise ConfigError("the local providers need a journal directory (journal_dir) to remember results")
+        raise ProviderConfigError("the local providers need a journal directory (journal_dir) to remember results")
     if kind == "image":
         from .local_image import LocalImageProvider
 
         try:
             return LocalImageProvider(journal_dir, model=cfg.model or "local-card-1", size=cfg.size or "1024x1024")
         except Permanent as exc:
-            raise ConfigError(f"image size setting: {exc}") from exc
+            raise ProviderConfigError(f"image size setting: {exc}") from exc
     from .local_tts import LocalSpeechProvider  # GPL engine: imported only when chosen
 
     return LocalSpeechProvider(journal_dir, model=cfg.model or "espeak-ng", voice=cfg.voice)
@@ -71,13 +70,13 @@ def _build_openai(kind: str, cfg: ProviderConfig, session: requests.Session) -> 
     from .openai_http import OpenAIImageProvider, OpenAISpeechProvider
 
     if not cfg.api_key:
-        raise ConfigError("the openai backend needs an API key; set one or choose the local backend")
+        raise ProviderConfigError("the openai backend needs an API key; set one or choose the local backend")
     try:
         check_scheme(cfg.base_url)
     except UnsafeBaseURL as exc:
-        raise ConfigError(f"provider base URL: {exc}") from None
+        raise ProviderConfigError(f"provider base URL: {exc}") from None
     if min(cfg.connect_timeout, cfg.read_timeout, cfg.call_timeout) <= 0 or cfg.max_bytes <= 0:
-        raise ConfigError("provider timeouts and the byte cap must be positive numbers")
+        raise ProviderConfigError("provider timeouts and the byte cap must be positive numbers")
     common = dict(
         base_url=cfg.base_url, api_key=cfg.api_key, session=session, options=dict(cfg.options),
         limits=Limits(cfg.connect_timeout, cfg.read_timeout, cfg.call_timeout, cfg.max_bytes),

@@ -13,10 +13,10 @@ import redis
 from rq import Queue, SimpleWorker
 
 from pipeline import runtime, settings
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from pipeline.db import connect
 from pipeline.engine import Asset, Task
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from pipeline.lanes import ALL_QUEUES
 from receipts.media import MediaStore
 

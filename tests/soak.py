@@ -31,9 +31,9 @@ import redis
 
 from bin.embedded import Postgres, Valkey, free_port
 from pipeline import dispatch, migrations, settings as settings_mod, versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from pipeline.db import connect
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.fingerprint import idempotency_key
 from tests.fakeprovider import Behaviour, FakeProviderServer
 from tests.system import _die_with_pytest, rq_worker_argv
 

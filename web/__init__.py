@@ -16,7 +16,7 @@ from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
 from pipeline import settings as settings_mod
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 class JSONProvider(DefaultJSONProvider):

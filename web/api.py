@@ -8,7 +8,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, g, jsonify, request, url_for
 
 from pipeline import dispatch, lanes, overview, review, versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from pipeline.versions import Saved
 from web import inputs
 from web.auth import require

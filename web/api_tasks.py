@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import g, jsonify, url_for
 
 from pipeline import demo, overview, review, storage
-from pipeline.errors import InvalidInput, NotFound
+from pipeline.core.errors import InvalidInput, NotFound
 from web import inputs
 from web.api import accepted, bp as api_bp, media_url, send_fast
 from web.auth import require

@@ -14,7 +14,7 @@ from typing import Any
 from flask import Flask, request
 from werkzeug.routing import BaseConverter
 
-from pipeline.errors import InvalidInput
+from pipeline.core.errors import InvalidInput
 from web.errors import Problem
 
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")

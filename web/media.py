@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from flask import Blueprint, Response, abort, redirect, request, send_file, url_for
 
 from pipeline import db, storage
+from pipeline.core.records import extension
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
 from web.errors import Problem
@@ -36,8 +37,6 @@ bp = Blueprint("media", __name__)
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _EXPIRES = re.compile(r"^[0-9]{1,12}$")
 PRIVATE = "private, max-age=3600"
-EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
-              "audio/mpeg": "mp3", "application/zip": "zip"}
 
 
 def _mac(sha256: str, expires: int) -> str:
@@ -91,7 +90,7 @@ def get(sha256: str) -> Response:
     if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")
     cache = PRIVATE if left is None else f"public, max-age={left}, immutable"
-    name = f"{sha256[:16]}.{EXTENSIONS.get(asset['media_type'], 'bin')}"
+    name = f"{sha256[:16]}.{extension(asset['media_type'])}"
     attach = asset["media_type"] == "application/zip"
     url = storage.presigned_asset_url(settings(), sha256, media_type=asset["media_type"], cache_control=cache,
                                       download_name=name if attach else None)

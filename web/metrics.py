@@ -19,7 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from pipeline import overview
-from pipeline.states import TaskKind, TaskStatus
+from pipeline.core.states import TaskKind, TaskStatus
 from web.db import get_conn, settings
 from web.errors import Problem
 from web.security import direct_loopback

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
-from pipeline.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
+from pipeline.core.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
+from pipeline.core.outcome import Reason
 from pipeline.demo import SCENARIOS, themes
 
 bp = Blueprint("openapi", __name__)
@@ -108,6 +109,8 @@ SCHEMAS = {
         "id": {"type": "integer"}, "kind": {"enum": ["image", "tts", "bundle"]}, "block": {"type": ["string", "null"]},
         "status": {"type": "string"}, "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
+        "last_error_code": {"enum": [*(reason.value for reason in Reason), None],
+                            "description": "why the decision that recorded last_error was made"},
         "waiting_for": {"enum": ["input", "budget", None]},
         "sha256": {"type": ["string", "null"]}, "asset_url": {"type": ["string", "null"]},
         "events": {"type": "array", "items": OBJECT}}},

@@ -21,30 +21,35 @@ STATUS_WORDS = {
     "failed": _l("failed"), "succeeded": _l("done"), "superseded": _l("superseded"), "cancelled": _l("cancelled"),
 }
 KIND_WORDS = {"image": _l("Image"), "tts": _l("Narration"), "bundle": _l("Bundle")}
-# The engine records "<ErrorClass>: <provider message>"; say what that means for the editor.
-ERROR_WORDS = (
-    ("outcome unknown", _l("The provider may have done the work (and charged for it), but we could not confirm")),
-    ("unclassified error", _l("An unexpected error; treated as unknown so nothing is paid twice by accident")),
-    ("busy", _l("The provider was busy or rate limited; trying again later without using up an attempt")),
-    ("Transient", _l("The request never reached the provider")),
-    ("Permanent", _l("The provider refused the request")),
-    ("deadline passed", _l("Ran out of time before it could finish")),
-    ("lease expired", _l("The worker stopped answering while it worked")),
-    ("resolved:", _l("Closed as failed by an editor")),
-)
+# What the decision that recorded a task's last error means for the editor, by its code
+# (pipeline/core/outcome.py `Reason`, stored as tasks.last_error_code).
+ERROR_WORDS = {
+    "unknown_outcome": _l("The provider may have done the work (and charged for it), but we could not confirm"),
+    "unclassified_error": _l("An unexpected error; treated as unknown so nothing is paid twice by accident"),
+    "busy": _l("The provider was busy or rate limited; trying again later without using up an attempt"),
+    "waiting_input": _l("Another task is making the same media; waiting for it without using up an attempt"),
+    "budget": _l("Paused by a spend budget; trying again later without using up an attempt"),
+    "transient": _l("The request never reached the provider"),
+    "permanent_error": _l("The provider refused the request"),
+    "attempts_exhausted": _l("Every attempt failed"),
+    "deadline_passed": _l("Ran out of time before it could finish"),
+    "lease_expired": _l("The worker stopped answering while it worked"),
+    "not_executed": _l("The provider says it never ran the request"),
+    "cancelled": _l("The version was cancelled"),
+    "resolved": _l("Closed as failed by an editor"),
+}
 
 
 def status_words(status: str | None) -> str:
     return STATUS_WORDS.get(status or "", status or "")
 
 
-def error_in_words(message: str | None) -> str:
+def error_in_words(message: str | None, code: str | None = None) -> str:
+    """A task's last error for the editor: what its decision's code means, then the details."""
     if not message:
         return ""
-    for marker, words in ERROR_WORDS:
-        if marker.lower() in message.lower():
-            return gettext("%(words)s. Details: %(message)s", words=words, message=message)
-    return message
+    words = ERROR_WORDS.get(code or "")
+    return gettext("%(words)s. Details: %(message)s", words=words, message=message) if words else message
 
 
 def paused_words(message: str | None) -> str:

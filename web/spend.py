@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import jsonify, render_template, request
 
 from pipeline import overview, spend
-from pipeline.errors import InvalidInput
+from pipeline.core.errors import InvalidInput
 from web.api import bp as api_bp
 from web.auth import require
 from web.db import get_conn, settings

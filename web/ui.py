@@ -14,8 +14,8 @@ from flask_babel import gettext
 from werkzeug.wrappers import Response
 
 from pipeline import demo, keys, overview, review, storage
-from pipeline.content import LIMITS
-from pipeline.errors import Conflict
+from pipeline.core.content import LIMITS
+from pipeline.core.errors import Conflict
 from web import i18n
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings

@@ -12,8 +12,8 @@ from flask_babel import gettext
 from werkzeug.datastructures import MultiDict
 
 from pipeline import demo, overview, review, versions
-from pipeline.content import LIMITS, parse_draft
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.content import LIMITS, parse_draft
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from web import i18n
 from web.api import send_fast
 from web.db import get_conn, settings

@@ -1,3 +1,55 @@
+-- Contents and their immutable versions, and the admission of a save (pipeline/versions.py, review.py).
+
+-- contents_insert: a new content item, at version 1
+INSERT INTO contents (title, locale, theme, current_version)
+VALUES (%(title)s, %(locale)s, %(theme)s, 1)
+RETURNING id, current_version;
+
+-- contents_bump_version: move to the next version only if the editor saw the latest one (optimistic lock)
+UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
+       theme = %(theme)s, updated_at = now()
+WHERE id = %(content_id)s AND current_version = %(base_version)s
+RETURNING id, current_version;
+
+-- contents_get: one content item
+SELECT * FROM contents WHERE id = %(content_id)s;
+
+-- contents_lock: one content item, locked so approvals of it happen one at a time
+SELECT * FROM contents WHERE id = %(content_id)s FOR UPDATE;
+
+-- contents_approve: approve a version whose media all succeeded and that is not older than the approved one;
+-- the first approval of a version keeps its stamp (approving it again changes nothing but the audit trail)
+WITH approved AS (
+    UPDATE contents c SET approved_version = %(version)s, updated_at = now()
+    WHERE c.id = %(content_id)s AND %(version)s <= c.current_version
+      AND (c.approved_version IS NULL OR c.approved_version <= %(version)s)
+      AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.content_id = c.id AND t.version = %(version)s
+                      AND t.kind <> 'bundle' AND t.status <> 'succeeded')
+    RETURNING c.id
+)
+UPDATE versions v SET approved_at = coalesce(v.approved_at, now()), approved_by = coalesce(v.approved_by, %(actor)s)
+FROM approved WHERE v.content_id = approved.id AND v.version = %(version)s
+RETURNING v.content_id, v.version, v.approved_at, v.approved_by;
+
+-- versions_by_save_key: the version an earlier save with this Idempotency-Key created
+SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
+
+-- versions_insert: the immutable snapshot of a save
+INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
+                      save_key, save_digest, saved_by_key, lane)
+VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
+        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
+        %(lane)s)
+RETURNING *;
+
+-- versions_get: one version
+SELECT * FROM versions WHERE content_id = %(content_id)s AND version = %(version)s;
+
+-- versions_request_cancel: record who asked to cancel a version (first request wins)
+UPDATE versions SET cancel_requested_at = now(), cancel_requested_by = %(actor)s
+WHERE content_id = %(content_id)s AND version = %(version)s AND cancel_requested_at IS NULL
+RETURNING *;
+
 -- admission_lock: serialise saves so the pending count cannot be raced past the limit
 SELECT pg_advisory_xact_lock(7411002);
 
@@ -19,39 +71,3 @@ SELECT
 -- admission_recent_rate: tasks finished in the last minute, to estimate when capacity frees up
 SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
-
--- versions_by_save_key: the version an earlier save with this Idempotency-Key created
-SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
-
--- contents_insert: a new content item, at version 1
-INSERT INTO contents (title, locale, theme, current_version)
-VALUES (%(title)s, %(locale)s, %(theme)s, 1)
-RETURNING id, current_version;
-
--- contents_bump_version: move to the next version only if the editor saw the latest one (optimistic lock)
-UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
-       theme = %(theme)s, updated_at = now()
-WHERE id = %(content_id)s AND current_version = %(base_version)s
-RETURNING id, current_version;
-
--- contents_get: one content item
-SELECT * FROM contents WHERE id = %(content_id)s;
-
--- contents_list: content items, newest first
-SELECT * FROM contents ORDER BY id DESC LIMIT %(limit)s;
-
--- versions_insert: the immutable snapshot of a save
-INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
-                      save_key, save_digest, saved_by_key, lane)
-VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
-        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
-        %(lane)s)
-RETURNING *;
-
--- versions_get: one version
-SELECT * FROM versions WHERE content_id = %(content_id)s AND version = %(version)s;
-
--- versions_request_cancel: record who asked to cancel a version (first request wins)
-UPDATE versions SET cancel_requested_at = now(), cancel_requested_by = %(actor)s
-WHERE content_id = %(content_id)s AND version = %(version)s AND cancel_requested_at IS NULL
-RETURNING *;

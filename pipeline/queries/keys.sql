@@ -1,3 +1,5 @@
+-- API keys: only a token's sha256 is stored.
+
 -- api_keys_insert: a new key; only its sha256 is stored, the token itself is shown once
 INSERT INTO api_keys (owner, role, key_hash)
 VALUES (%(owner)s, %(role)s, %(key_hash)s)

@@ -1,3 +1,5 @@
+-- Provider limits shared by every worker: call slots and calls per minute.
+
 -- provider_slots_ensure: make sure slots 1..max exist for a provider (idempotent)
 INSERT INTO provider_slots (provider, slot)
 SELECT %(provider)s, n FROM generate_series(1, %(max)s) n

@@ -1,3 +1,5 @@
+-- Gauges for /metrics, and the counters the triggers keep (schema/0002_security.sql).
+
 -- metrics_tasks_by_status: tasks that still need a worker or a person, by status and kind; the partial
 -- indexes tasks_unfinished and tasks_failed serve it, so finished history is never scanned
 SELECT status::text AS status, kind::text AS kind, count(*) AS n FROM tasks
@@ -10,8 +12,7 @@ SELECT 'failed', kind::text, count(*) FROM tasks WHERE status = 'failed' GROUP B
 SELECT
     (SELECT extract(epoch FROM now() - min(t.available_at)) FROM tasks t
      WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
-       AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks x ON x.id = d.depends_on
-                       WHERE d.task_id = t.id AND x.status <> 'succeeded'))::float AS oldest_ready_seconds,
+       AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id))::float AS oldest_ready_seconds,
     (SELECT count(*) FROM outbox WHERE sent_at IS NULL) AS outbox_unsent,
     (SELECT count(*) FROM outbox WHERE sent_at IS NULL AND send_attempts >= 3) AS outbox_stuck,
     (SELECT extract(epoch FROM now() - min(created_at)) FROM outbox WHERE sent_at IS NULL)::float

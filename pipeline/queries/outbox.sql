@@ -1,3 +1,5 @@
+-- The outbox towards RQ: one message per runnable task, sent by the dispatcher (pipeline/dispatch.py).
+
 -- outbox_add: a message for a runnable task, in its version's lane unless `lane` names one; a pending one wins
 INSERT INTO outbox (task_id, queue, lane, available_at)
 SELECT t.id, t.kind, coalesce(%(lane)s::lane, v.lane), %(available_at)s::timestamptz
@@ -11,10 +13,35 @@ INSERT INTO outbox (task_id, queue, lane, available_at)
 SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 WHERE d.depends_on = %(task_id)s AND t.status IN ('ready', 'retry')
-  AND NOT EXISTS (SELECT 1 FROM task_deps d2 JOIN tasks x ON x.id = d2.depends_on
-                  WHERE d2.task_id = t.id AND x.status <> 'succeeded')
+  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
+
+-- outbox_add_missing_unblocked: queue dependents whose dependencies all succeeded but got no message
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, v.lane, now() FROM tasks t
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.status = 'ready' AND EXISTS (SELECT 1 FROM task_deps d WHERE d.task_id = t.id)
+  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id)
+LIMIT %(limit)s
+ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
+RETURNING id, task_id;
+
+-- outbox_redispatch: a fresh message for due, runnable tasks whose message was lost
+-- (sent long ago and never claimed, or never written), in the version's lane; at most one pending row per task
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, v.lane, now() FROM tasks t
+JOIN contents c ON c.id = t.content_id AND c.current_version = t.version
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version AND v.cancel_requested_at IS NULL
+WHERE t.status IN ('ready', 'retry') AND t.available_at <= now() - make_interval(secs => %(threshold)s)
+  AND t.attempts < t.max_attempts AND t.deadline_at > now()
+  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id
+                  AND (o.sent_at IS NULL OR o.sent_at > now() - make_interval(secs => %(threshold)s)))
+ORDER BY t.available_at LIMIT %(limit)s
+ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
+RETURNING id, task_id;
 
 -- outbox_claim: due, unsent interactive rows nobody holds (or whose holder's claim expired), under a fresh claim token
 UPDATE outbox o SET claim_token = %(claim_token)s, send_attempts = o.send_attempts + 1,
@@ -80,6 +107,3 @@ RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
 UPDATE outbox SET sent_at = now(), rq_job_id = 'task-' || task_id || '-' || id
 WHERE id = ANY(%(ids)s) AND claim_token = %(claim_token)s AND sent_at IS NULL
 RETURNING id;
-
--- outbox_unsent_count: messages waiting to be sent
-SELECT count(*) AS unsent, min(created_at) AS oldest FROM outbox WHERE sent_at IS NULL;

@@ -1,3 +1,5 @@
+-- The reconciler's own: its lock, runs and marks, and what is due for it to decide (pipeline/reconcile.py).
+
 -- reconcile_try_lock: one reconcile run at a time (session lock, released at the end of the run)
 SELECT pg_try_advisory_lock(7411003) AS locked;
 
@@ -10,6 +12,12 @@ INSERT INTO reconcile_runs DEFAULT VALUES RETURNING id;
 -- reconcile_runs_finish: what a run did
 UPDATE reconcile_runs SET finished_at = now(), counts = %(counts)s, errors = %(errors)s WHERE id = %(run_id)s;
 
+-- reconcile_mark_if_due: claim a periodic step if it last ran longer ago than the interval (or never)
+INSERT INTO reconcile_marks (name, ran_at) VALUES (%(name)s, now())
+ON CONFLICT (name) DO UPDATE SET ran_at = now()
+WHERE reconcile_marks.ran_at < now() - make_interval(secs => %(interval)s)
+RETURNING ran_at;
+
 -- reconcile_expired_leases: running tasks whose lease ran out, oldest first (a live lease is never listed)
 SELECT t.*, v.cancel_requested_at IS NOT NULL AS cancel_requested FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
@@ -21,102 +29,15 @@ SELECT t.*, false AS cancel_requested FROM tasks t
 WHERE t.status = 'unknown' AND t.kind::text = ANY(%(kinds)s)
 ORDER BY t.updated_at LIMIT %(limit)s;
 
--- tasks_recover: the reconciler's guarded move, only while the task is still as it saw it
--- (running: same lease token and the lease still expired, so a heartbeat in between wins)
-WITH moved AS (
-    UPDATE tasks SET waiting_for = NULL, status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
-           asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
-           available_at = coalesce(%(available_at)s, available_at),
-           last_error = CASE WHEN %(to_status)s::task_status = 'succeeded' THEN NULL ELSE %(reason)s END
-    WHERE id = %(task_id)s AND status = %(from_status)s
-      AND (status <> 'running' OR (lease_token = %(lease_token)s AND lease_until < now()))
-    RETURNING *
-), logged AS (
-    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
-                        lease_token, reason)
-    SELECT id, content_id, version, %(event)s, %(from_status)s, status, 'reconciler', attempts,
-           %(lease_token)s, %(reason)s FROM moved
-)
-SELECT * FROM moved;
+-- reconcile_past_deadline: waiting tasks whose deadline passed, earliest first (tasks_fail_past_deadline fails them)
+SELECT id FROM tasks WHERE status IN ('ready', 'retry') AND deadline_at <= now()
+ORDER BY deadline_at LIMIT %(limit)s;
 
--- reconcile_redispatch: a fresh message for due, runnable tasks whose message was lost
--- (sent long ago and never claimed, or never written), in the version's lane; at most one pending row per task
-INSERT INTO outbox (task_id, queue, lane, available_at)
-SELECT t.id, t.kind, v.lane, now() FROM tasks t
-JOIN contents c ON c.id = t.content_id AND c.current_version = t.version
-JOIN versions v ON v.content_id = t.content_id AND v.version = t.version AND v.cancel_requested_at IS NULL
-WHERE t.status IN ('ready', 'retry') AND t.available_at <= now() - make_interval(secs => %(threshold)s)
-  AND t.attempts < t.max_attempts AND t.deadline_at > now()
-  AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks x ON x.id = d.depends_on
-                  WHERE d.task_id = t.id AND x.status <> 'succeeded')
-  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id
-                  AND (o.sent_at IS NULL OR o.sent_at > now() - make_interval(secs => %(threshold)s)))
-ORDER BY t.available_at LIMIT %(limit)s
-ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id, task_id;
-
--- reconcile_fail_past_deadline: waiting tasks past their deadline fail with a dead letter
-WITH moved AS (
-    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = 'deadline passed', updated_at = now()
-    FROM (SELECT id, status FROM tasks WHERE status IN ('ready', 'retry') AND deadline_at <= now()
-          ORDER BY deadline_at LIMIT %(limit)s FOR NO KEY UPDATE SKIP LOCKED) old
-    WHERE t.id = old.id
-    RETURNING t.*, old.status AS from_status
-), dead AS (
-    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
-    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) DO NOTHING
-), dropped AS (
-    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
-)
-INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
-SELECT id, content_id, version, 'transition', from_status, 'failed', 'reconciler', attempts, 'deadline passed'
-FROM moved RETURNING task_id;
-
--- reconcile_supersede_old: unfinished tasks of versions older than their content's current one
-WITH moved AS (
-    UPDATE tasks t SET waiting_for = NULL, status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
-    FROM (SELECT t.id, t.status FROM tasks t JOIN contents c ON c.id = t.content_id
-          WHERE t.status IN ('ready', 'running', 'retry', 'unknown') AND t.version < c.current_version
-          LIMIT %(limit)s FOR NO KEY UPDATE OF t SKIP LOCKED) old
-    WHERE t.id = old.id
-    RETURNING t.*, old.status AS from_status
-), dropped AS (
-    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
-)
-INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
-SELECT id, content_id, version, 'transition', from_status, 'superseded', 'reconciler', attempts,
-       'a newer version exists'
-FROM moved RETURNING task_id;
-
--- reconcile_outbox_unblocked: queue dependents whose dependencies all succeeded but got no message
-INSERT INTO outbox (task_id, queue, lane, available_at)
-SELECT t.id, t.kind, v.lane, now() FROM tasks t
-JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
-WHERE t.status = 'ready' AND EXISTS (SELECT 1 FROM task_deps d WHERE d.task_id = t.id)
-  AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks x ON x.id = d.depends_on
-                  WHERE d.task_id = t.id AND x.status <> 'succeeded')
-  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id)
-LIMIT %(limit)s
-ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id, task_id;
-
--- reconcile_mark_if_due: claim a periodic step if it last ran longer ago than the interval (or never)
-INSERT INTO reconcile_marks (name, ran_at) VALUES (%(name)s, now())
-ON CONFLICT (name) DO UPDATE SET ran_at = now()
-WHERE reconcile_marks.ran_at < now() - make_interval(secs => %(interval)s)
-RETURNING ran_at;
-
--- reconcile_stale_assets: assets past retention that no current or approved version uses
-SELECT a.sha256 FROM assets a
-WHERE a.created_at < now() - make_interval(days => %(days)s)
-  AND NOT EXISTS (SELECT 1 FROM tasks t JOIN contents c ON c.id = t.content_id
-                  WHERE t.asset_sha256 = a.sha256
-                    AND (t.version = c.current_version OR t.version = c.approved_version))
+-- reconcile_contents_with_old_work: contents whose older versions still have unfinished tasks, with their current
+-- version (tasks_supersede_older supersedes them, as a save does)
+SELECT DISTINCT t.content_id, c.current_version FROM tasks t JOIN contents c ON c.id = t.content_id
+WHERE t.status IN ('ready', 'running', 'retry', 'unknown') AND t.version < c.current_version
 LIMIT %(limit)s;
-
--- reconcile_delete_asset: drop an asset from the index (its file is deleted after commit)
-WITH inputs AS (DELETE FROM asset_inputs WHERE sha256 = %(sha256)s)
-DELETE FROM assets WHERE sha256 = %(sha256)s RETURNING sha256;
 
 -- reconcile_old_terminal_tasks: finished tasks past retention whose receipts may be compacted
 SELECT id FROM tasks

@@ -1,3 +1,5 @@
+-- UI sessions, one row each; the cookie's token itself is never stored.
+
 -- web_sessions_insert: a new UI session for a key; the cookie's token itself is never stored
 INSERT INTO web_sessions (token_hash, key_id, data, expires_at)
 VALUES (%(token_hash)s, %(key_id)s, %(data)s, now() + make_interval(secs => %(max_seconds)s));

@@ -1,3 +1,5 @@
+-- Tasks, their dependencies and dead letters: every state change of a task is one query here.
+
 -- tasks_insert: one task of a new version
 INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
 VALUES (%(content_id)s, %(version)s, %(kind)s, %(block_key)s, %(input)s, %(fingerprint)s, %(max_attempts)s,
@@ -12,6 +14,111 @@ SELECT * FROM tasks WHERE id = %(task_id)s;
 
 -- tasks_of_version: a version's tasks in a stable order
 SELECT * FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s ORDER BY id;
+
+-- tasks_get_with_version: a task with its version's state, to explain why an action is refused
+SELECT t.*, c.current_version, v.cancel_requested_at FROM tasks t
+JOIN contents c ON c.id = t.content_id
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.id = %(task_id)s;
+
+-- tasks_media_not_succeeded: the media tasks of a version that keep it from approval
+SELECT id, kind, block_key, status FROM tasks
+WHERE content_id = %(content_id)s AND version = %(version)s AND kind <> 'bundle' AND status <> 'succeeded'
+ORDER BY id;
+
+-- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
+SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
+
+-- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
+WITH candidate AS (
+    SELECT t.id, t.status FROM tasks t
+    JOIN contents c ON c.id = t.content_id
+    JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+    WHERE t.id = %(task_id)s
+      AND t.status IN ('ready', 'retry')
+      AND t.available_at <= now()
+      AND t.attempts < t.max_attempts
+      AND t.deadline_at > now()
+      AND c.current_version = t.version
+      AND v.cancel_requested_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
+    FOR NO KEY UPDATE OF t SKIP LOCKED   -- not FOR UPDATE: an event row being written for this task holds
+                                         -- KEY SHARE on it, which must not make the claim skip the task
+), claimed AS (
+    UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
+           lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
+           worker = %(worker)s, waiting_for = NULL, updated_at = now(),
+           attempt_ends_at = least(t.deadline_at, now() + make_interval(secs => %(attempt_seconds)s))
+    FROM candidate WHERE t.id = candidate.id
+    RETURNING t.*, candidate.status AS from_status
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
+                        lease_token, reason, details)
+    SELECT id, content_id, version, 'transition', from_status, 'running', %(worker)s, attempts, lease_token,
+           'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
+    FROM claimed
+)
+SELECT claimed.*, v.saved_at FROM claimed
+JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
+
+-- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
+-- cancel was requested
+UPDATE tasks t SET lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now()
+FROM versions v
+WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
+  AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at)   -- past its ceiling, an attempt is let go
+  AND v.content_id = t.content_id AND v.version = t.version
+RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
+SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
+WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR NO KEY UPDATE OF t;
+
+-- tasks_move: the one guarded move that applies a decision (pipeline.tasks.apply), with its event. It matches
+-- only while the task is as its mover saw it: in `from_status` and, when running, under `lease_token`. The
+-- `fence` says who moves: a 'worker' holds the current lease, and a cancel requested meanwhile wins over
+-- anything but a cancel; the 'reconciler' saw the lease run out, so a heartbeat in between wins.
+WITH moved AS (
+    UPDATE tasks SET status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
+           asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
+           available_at = coalesce(%(available_at)s, available_at),
+           attempts = attempts - %(refund)s::int,
+           last_error = %(last_error)s, last_error_code = %(last_error_code)s, waiting_for = %(waiting_for)s
+    WHERE id = %(task_id)s AND status = %(from_status)s
+      AND (status <> 'running'
+           OR (lease_token = %(lease_token)s AND (%(fence)s::text = 'worker' OR lease_until < now())))
+      AND (%(fence)s::text <> 'worker' OR %(to_status)s::task_status = 'cancelled' OR NOT EXISTS (
+            SELECT 1 FROM versions v WHERE v.content_id = tasks.content_id AND v.version = tasks.version
+              AND v.cancel_requested_at IS NOT NULL))
+    RETURNING *
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
+                        lease_token, reason, details)
+    SELECT id, content_id, version, %(event)s, %(from_status)s, status, %(actor)s, attempts, %(lease_token)s,
+           %(reason)s, %(details)s FROM moved
+)
+SELECT * FROM moved;
+
+-- tasks_fail_past_deadline: these waiting tasks, if their deadline passed, fail without running, with a dead
+-- letter (a worker whose claim found nothing passes its one task; the reconciler a batch, in id order)
+WITH moved AS (
+    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
+           last_error_code = 'deadline_passed', updated_at = now()
+    FROM (SELECT id, status FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry')
+          AND deadline_at <= now() ORDER BY id FOR NO KEY UPDATE) old
+    WHERE t.id = old.id
+    RETURNING t.*, old.status AS from_status
+), dead AS (
+    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
+    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) DO NOTHING
+), dropped AS (
+    DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
+), logged AS (
+    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
+    SELECT id, content_id, version, 'transition', from_status, 'failed', %(actor)s, attempts, 'deadline passed'
+    FROM moved
+)
+SELECT * FROM moved;
 
 -- tasks_supersede_older: every unfinished task of this content's older versions becomes superseded
 -- (a running one loses its lease here, so its worker's fenced completion will match no row)
@@ -32,90 +139,6 @@ SELECT id, content_id, version, 'transition', from_status, 'superseded', %(actor
 FROM moved
 RETURNING task_id;
 
--- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
-WITH candidate AS (
-    SELECT t.id, t.status FROM tasks t
-    JOIN contents c ON c.id = t.content_id
-    JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
-    WHERE t.id = %(task_id)s
-      AND t.status IN ('ready', 'retry')
-      AND t.available_at <= now()
-      AND t.attempts < t.max_attempts
-      AND t.deadline_at > now()
-      AND c.current_version = t.version
-      AND v.cancel_requested_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM task_deps d JOIN tasks dep ON dep.id = d.depends_on
-                      WHERE d.task_id = t.id AND dep.status <> 'succeeded')
-    FOR NO KEY UPDATE OF t SKIP LOCKED   -- not FOR UPDATE: an event row being written for this task holds
-                                         -- KEY SHARE on it, which must not make the claim skip the task
-), claimed AS (
-    UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
-           lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
-           worker = %(worker)s, waiting_for = NULL, updated_at = now(),
-           attempt_ends_at = least(t.deadline_at, now() + make_interval(secs => %(attempt_seconds)s))
-    FROM candidate WHERE t.id = candidate.id
-    RETURNING t.*, candidate.status AS from_status
-), logged AS (
-    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
-                        lease_token, reason, details)
-    SELECT id, content_id, version, 'transition', from_status, 'running', %(worker)s, attempts, lease_token,
-           'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
-    FROM claimed
-)
-SELECT claimed.*, v.saved_at FROM claimed
-JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
-
--- tasks_fail_past_deadline: a waiting task whose deadline passed fails without running
-WITH moved AS (
-    UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = 'deadline passed before the task could run',
-           updated_at = now()
-    FROM (SELECT id, status FROM tasks WHERE id = %(task_id)s AND status IN ('ready', 'retry')
-          AND deadline_at <= now() FOR NO KEY UPDATE) old
-    WHERE t.id = old.id
-    RETURNING t.*, old.status AS from_status
-), dead AS (
-    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
-    SELECT id, 'deadline passed', last_error, attempts FROM moved
-), logged AS (
-    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt, reason)
-    SELECT id, content_id, version, 'transition', from_status, 'failed', %(actor)s, attempts, 'deadline passed'
-    FROM moved
-)
-SELECT * FROM moved;
-
--- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
--- cancel was requested
-UPDATE tasks t SET lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now()
-FROM versions v
-WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
-  AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at)   -- past its ceiling, an attempt is let go
-  AND v.content_id = t.content_id AND v.version = t.version
-RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
-
--- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
-SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
-WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR NO KEY UPDATE OF t;
-
--- tasks_finish: fenced exit from running: only the holder of the current lease can move the task
-WITH moved AS (
-    UPDATE tasks SET status = %(to_status)s, lease_token = NULL, lease_until = NULL, updated_at = now(),
-           asset_sha256 = coalesce(%(asset_sha256)s, asset_sha256),
-           available_at = coalesce(%(available_at)s, available_at),
-           attempts = attempts - %(refund)s::int,
-           last_error = %(last_error)s, waiting_for = %(waiting_for)s
-    WHERE id = %(task_id)s AND status = 'running' AND lease_token = %(lease_token)s
-      AND (%(to_status)s::task_status = 'cancelled' OR NOT EXISTS (
-            SELECT 1 FROM versions v WHERE v.content_id = tasks.content_id AND v.version = tasks.version
-              AND v.cancel_requested_at IS NOT NULL))
-    RETURNING *
-), logged AS (
-    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
-                        lease_token, reason, details)
-    SELECT id, content_id, version, 'transition', 'running', status, %(actor)s, attempts, %(lease_token)s,
-           %(reason)s, %(details)s FROM moved
-)
-SELECT * FROM moved;
-
 -- tasks_of_version_locked: a version's tasks' kinds and statuses, locked so a cancel decides on what stays
 SELECT kind::text AS kind, status::text AS status FROM tasks
 WHERE content_id = %(content_id)s AND version = %(version)s FOR NO KEY UPDATE;
@@ -135,16 +158,53 @@ SELECT id, content_id, version, 'transition', from_status, 'cancelled', %(actor)
 FROM moved
 RETURNING task_id;
 
+-- tasks_manual_retry: an editor reopens a failed or unknown task of the current, uncancelled version,
+-- with a fresh attempt budget and a fresh deadline (an old deadline would fail it again at once)
+UPDATE tasks t SET waiting_for = NULL, status = 'ready', max_attempts = t.attempts + %(budget)s, available_at = now(),
+       deadline_at = greatest(t.deadline_at, now() + make_interval(secs => %(deadline_seconds)s)),
+       updated_at = now()
+FROM contents c, versions v
+WHERE t.id = %(task_id)s AND t.status = %(from_status)s
+  AND c.id = t.content_id AND c.current_version = t.version
+  AND v.content_id = t.content_id AND v.version = t.version AND v.cancel_requested_at IS NULL
+RETURNING t.*;
+
+-- tasks_extend_waiting_dependents: tasks still waiting on a reopened task get its fresh deadline too
+UPDATE tasks t SET deadline_at = greatest(t.deadline_at, %(deadline_at)s), updated_at = now()
+FROM task_deps d
+WHERE d.depends_on = %(task_id)s AND t.id = d.task_id AND t.status IN ('ready', 'retry')
+RETURNING t.id;
+
+-- tasks_resolve_failed: an editor closes an unknown task as failed, with a dead letter naming the note
+WITH moved AS (
+    UPDATE tasks SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
+           last_error_code = 'resolved', updated_at = now()
+    WHERE id = %(task_id)s AND status = 'unknown'
+    RETURNING *
+), dead AS (
+    INSERT INTO dead_letters (task_id, reason, last_error, attempts)
+    SELECT id, 'resolved as failed by an editor', last_error, attempts FROM moved
+    ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
+        attempts = excluded.attempts, at = now()
+)
+SELECT * FROM moved;
+
+-- tasks_wake_input_waiters: tasks waiting for this input may run now (their messages are due at once)
+WITH woken AS (
+    UPDATE tasks SET available_at = now()
+    WHERE fingerprint = %(fingerprint)s AND status = 'retry' AND waiting_for = 'input'
+    RETURNING id
+)
+UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
+
+-- tasks_paused_by_budget: tasks waiting for a budget, per kind (read through the unfinished-task index)
+SELECT kind::text AS kind, count(*) AS n FROM tasks WHERE status = 'retry' AND waiting_for = 'budget' GROUP BY 1;
+
 -- dead_letters_insert: the record of a task that failed for good
 INSERT INTO dead_letters (task_id, reason, last_error, attempts)
 VALUES (%(task_id)s, %(reason)s, %(last_error)s, %(attempts)s)
 ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
     attempts = excluded.attempts, at = now();
 
--- events_insert: an audit row that is not a status change (reused, recovered, approve, ...)
-INSERT INTO events (task_id, content_id, version, action, actor, attempt, lease_token, reason, details)
-VALUES (%(task_id)s, %(content_id)s, %(version)s, %(action)s, %(actor)s, %(attempt)s, %(lease_token)s,
-        %(reason)s, %(details)s);
-
--- events_of_task: a task's history, oldest first
-SELECT * FROM events WHERE task_id = %(task_id)s ORDER BY id;
+-- dead_letters_take: drop a task's dead letter when an editor reopens it (the retry event keeps its content)
+DELETE FROM dead_letters WHERE task_id = %(task_id)s RETURNING reason, last_error, attempts, at::text AS at;

@@ -6,7 +6,7 @@ import redis
 
 from pipeline import db, dispatch, engine, versions
 from pipeline.db import connect
-from pipeline.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
+from pipeline.core.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
 from tests.helpers import draft, task_rows, wait_until, work_burst
 
 
@@ -113,7 +113,7 @@ def test_transient_errors_retry_with_growing_capped_delays_then_dead_letter(conn
 
 def test_backoff_is_full_jitter_growing_and_capped():
     import random
-    from pipeline.policy import backoff_seconds
+    from pipeline.core.policy import backoff_seconds
     rng = random.Random(7)
     samples = {n: [backoff_seconds(n, 1.0, 30.0, rng) for _ in range(2000)] for n in (1, 3, 6, 10)}
     assert max(samples[1]) <= 1.0 and max(samples[3]) <= 4.0 and max(samples[10]) <= 30.0
@@ -235,7 +235,7 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
     assert not engine.take_input(conn, twin, 30)
     parked = engine.wait_for_input(conn, twin, cfg, actor="w2", now=datetime.now(timezone.utc))
     row = db.one(conn, "tasks_get", {"task_id": twin.id})
-    assert (parked.status.value, row["waiting_for"], row["attempts"]) == ("retry", "input", 0)
+    assert (parked.to.value, row["waiting_for"], row["attempts"]) == ("retry", "input", 0)
     # and when the old call answers, its asset is kept and the twin is woken to reuse it
     with pytest.raises(LeaseLost):
         engine.succeed(conn, old, engine.Asset("b" * 64, "image/png", 1), actor="w1")

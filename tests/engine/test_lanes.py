@@ -11,7 +11,7 @@ from rq import Queue, SimpleWorker
 from pipeline import db, dispatch, engine, lanes, review, versions
 from pipeline.db import connect
 from pipeline.engine import Asset
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, Transient
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
 from pipeline.reconcile import Reconciler
 from pipeline.runtime import Runtime
 from tests.helpers import draft, make_settings, task_rows

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from pipeline import engine, versions
-from pipeline.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
+from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
 from tests.helpers import draft, make_settings
 

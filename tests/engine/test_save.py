@@ -6,9 +6,9 @@ import pytest
 
 from pipeline import db, versions
 from pipeline.db import connect
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
-from pipeline.content import parse_draft
-from pipeline.fingerprint import digest
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from pipeline.core.content import parse_draft
+from pipeline.core.fingerprint import digest
 from tests.helpers import draft, make_settings
 
 

@@ -3,10 +3,11 @@ import random
 
 import pytest
 
-from pipeline import recovery
+from pipeline.core import recovery
 from pipeline.engine import Asset
-from pipeline.errors import StaleTransition
-from pipeline.states import TaskKind, TaskStatus, check_transition
+from pipeline.core.errors import StaleTransition
+from pipeline.core.outcome import Reason
+from pipeline.core.states import TaskKind, TaskStatus, check_transition
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -16,6 +17,12 @@ def test_the_python_and_postgresql_enums_agree(conn):
         rows = conn.execute("SELECT e.enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid "
                             "WHERE t.typname = %s ORDER BY e.enumsortorder", (name,)).fetchall()
         assert [r["enumlabel"] for r in rows] == [m.value for m in enum]
+
+
+def test_the_python_and_postgresql_decision_codes_agree(conn):
+    rows = conn.execute("SELECT e.enumlabel FROM pg_enum e JOIN pg_type t ON t.oid = e.enumtypid "
+                        "WHERE t.typname = 'task_reason' ORDER BY e.enumsortorder").fetchall()
+    assert [r["enumlabel"] for r in rows] == [m.value for m in Reason]
 
 
 def test_terminal_states_change_only_through_recorded_editor_actions():

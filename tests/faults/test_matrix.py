@@ -7,7 +7,7 @@ import signal
 import redis
 
 from pipeline import dispatch, versions
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.fingerprint import idempotency_key
 from tests.faults.conftest import settle
 from tests.fakeprovider import Behaviour
 from tests.helpers import draft, lesson, wait_until

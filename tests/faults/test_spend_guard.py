@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from pipeline import versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson, wait_until
 from tests.system import drain

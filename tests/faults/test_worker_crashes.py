@@ -3,7 +3,7 @@
 import signal
 
 from pipeline import versions
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.fingerprint import idempotency_key
 from receipts.calls import ReceiptBook
 from tests.fakeprovider import Behaviour
 from tests.helpers import draft, wait_until

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline import migrations
 from pipeline.db import connect
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from tests.schemadump import describe
 
 SNAPSHOT = Path(migrations.SCHEMA_DIR) / "snapshot.txt"
@@ -58,3 +58,29 @@ def test_migration_files_must_be_numbered_without_gaps(tmp_path):
     with pytest.raises(migrations.MigrationError, match="without gaps"):
         migrations.discover(tmp_path)
     assert issubclass(migrations.MigrationError, PipelineError)
+
+
+def test_errors_recorded_before_decision_codes_get_the_code_their_text_names(empty_database_url):
+    # given tasks whose last errors were recorded before migration 0005 (text only)
+    files = migrations.discover()
+    migrations.migrate(empty_database_url, files[:4])
+    texts = {"outcome unknown (Ambiguous: read timeout)": "unknown_outcome",
+             "busy (WaitingForInput: task 7 (running) is making the same input)": "waiting_input",
+             "busy (BudgetReached: paused: daily budget reached)": "budget", "busy (Busy: 429)": "busy",
+             "Transient: refused": "transient", "Permanent: HTTP 400": "permanent_error",
+             "deadline passed": "deadline_passed", "lease expired before the provider was called": "lease_expired",
+             "resolved: checked the vendor": "resolved", "something else": None}
+    with connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO contents (title, locale, current_version) VALUES ('t', 'zh', 1)")
+        conn.execute("INSERT INTO versions (content_id, version, title, locale, blocks, digest, saved_by, deadline_at) "
+                     "VALUES (1, 1, 't', 'zh', '[]', 'd', 'e', now())")
+        for i, text in enumerate(texts):
+            conn.execute("INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, status, "
+                         "max_attempts, deadline_at, last_error) VALUES (1, 1, 'image', %s, '{}', repeat('a', 64), "
+                         "'failed', 3, now(), %s)", (f"b{i}", text))
+    # when the migration runs, then each error has the code its text names (the words the board searched for)
+    migrations.migrate(empty_database_url)
+    with connect(empty_database_url) as conn:
+        found = {r["last_error"]: r["last_error_code"]
+                 for r in conn.execute("SELECT last_error, last_error_code::text AS last_error_code FROM tasks")}
+    assert found == texts

@@ -10,7 +10,7 @@ import pytest
 
 from bin import devstack
 from pipeline import lanes, settings
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 KINDS = {"worker-image": "image", "worker-tts": "tts", "worker-bundle": "bundle"}
 

@@ -1,7 +1,7 @@
 import pytest
 
 from pipeline import settings
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 
 
 def test_defaults_need_no_environment():

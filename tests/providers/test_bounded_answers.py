@@ -7,7 +7,7 @@ import time
 import pytest
 import requests
 
-from pipeline.errors import Ambiguous
+from providers.errors import Ambiguous
 from providers.base import GenerateRequest
 from providers.registry import ProviderConfig, build_provider
 from tests.fakeprovider import Behaviour, FakeProviderServer

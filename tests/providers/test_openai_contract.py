@@ -12,7 +12,7 @@ import pytest
 import requests
 from PIL import Image
 
-from pipeline.errors import ConfigError, Permanent
+from providers.errors import Permanent, ProviderConfigError
 from providers.base import GenerateRequest
 from providers.openai_http import image_payload, speech_payload
 from providers.registry import ProviderConfig, build_provider
@@ -164,7 +164,7 @@ def test_a_call_without_a_bearer_key_is_a_401(fake, header):
 
 @pytest.mark.parametrize("url", ["http://api.example.com/v1", "http://10.0.0.5:8080", "ftp://127.0.0.1"])
 def test_a_key_is_never_sent_in_clear_text_over_a_network(url):
-    with pytest.raises(ConfigError, match="https://"):
+    with pytest.raises(ProviderConfigError, match="https://"):
         provider("image", url)
 
 
@@ -175,7 +175,7 @@ def test_https_or_a_server_on_this_machine_is_accepted(url):
 
 
 def test_a_model_option_that_is_set_is_part_of_the_input_fingerprint():
-    from pipeline.content import ProviderInfo, parse_draft, plan_tasks
+    from pipeline.core.content import ProviderInfo, parse_draft, plan_tasks
 
     draft = parse_draft({"title": "t", "locale": "en", "blocks": [{"key": "a", "text": "hello"}]})
     plain = ProviderInfo("openai", "gpt-image-1", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy")

@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from pipeline.errors import Ambiguous, Busy, ConfigError, Permanent, Transient
+from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.base import GenerateRequest, Unsupported
 from providers.http_classify import parse_retry_after
 from providers.registry import ProviderConfig, build_provider
@@ -307,12 +307,12 @@ def test_the_http_providers_cannot_look_up_a_key(fake):
 
 
 def test_the_registry_names_an_unknown_backend_and_the_choices():
-    with pytest.raises(ConfigError, match=r"'replicate'.*local, openai"):
+    with pytest.raises(ProviderConfigError, match=r"'replicate'.*local, openai"):
         build_provider("image", ProviderConfig(backend="replicate"))
 
 
 def test_the_registry_refuses_an_openai_backend_without_a_key():
-    with pytest.raises(ConfigError, match="API key"):
+    with pytest.raises(ProviderConfigError, match="API key"):
         build_provider("audio", ProviderConfig(backend="openai", api_key=""))
 
 

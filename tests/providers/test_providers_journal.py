@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import Ambiguous, Busy, InvalidInput, Permanent, Transient
+from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.base import Found, GenerateRequest, NotFound
 from providers.journal import CRASH_EXIT_CODE, FaultPlan
 from providers.local_image import LocalImageProvider
@@ -126,7 +126,7 @@ def test_armed_faults_fire_in_arming_order(image):
 
 
 def test_an_unknown_fault_is_refused_with_the_choices(image):
-    with pytest.raises(InvalidInput, match="fail_before_send"):
+    with pytest.raises(ProviderConfigError, match="fail_before_send"):
         image.arm("meteor_strike")
 
 

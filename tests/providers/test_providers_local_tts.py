@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError, Permanent
+from providers.errors import Permanent, ProviderConfigError
 from providers.base import GenerateRequest, NotFound
 from providers.local_tts import LocalSpeechProvider, choose_voice, wav_bytes
 
@@ -119,7 +119,7 @@ def test_concurrent_calls_share_the_one_engine_safely(tmp_path):
 
 def test_a_missing_espeakng_loader_fails_at_construction_with_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "espeakng_loader", None)  # makes the import fail
-    with pytest.raises(ConfigError, match="espeakng-loader"):
+    with pytest.raises(ProviderConfigError, match="espeakng-loader"):
         LocalSpeechProvider(tmp_path)
 
 

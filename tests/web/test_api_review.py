@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import Ambiguous, Permanent
+from pipeline.core.errors import Ambiguous, Permanent
 from pipeline import runtime
 from pipeline.overview import version_status
 from receipts.media import MediaStore

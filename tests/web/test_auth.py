@@ -9,7 +9,7 @@ import pytest
 
 from bin.commands import keys_main
 from pipeline import keys
-from pipeline.errors import InvalidInput
+from pipeline.core.errors import InvalidInput
 
 
 def api_routes(app) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.errors import Ambiguous, BudgetReached, Busy, Transient
+from pipeline.core.errors import Ambiguous, BudgetReached, Busy, Transient
 
 
 def scrape(api) -> dict[tuple[str, tuple], float]:

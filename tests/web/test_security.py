@@ -22,7 +22,7 @@ from werkzeug.serving import make_server
 from bin import devstack
 from bin.embedded import free_port
 from pipeline import db, keys, settings as settings_mod
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from receipts.media import MediaStore
 from tests.helpers import lesson, wait_until
 from tests.web.conftest import TEST_SECRET, Api, make_app

@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import pytest
 
 from pipeline import keys
-from pipeline.errors import Ambiguous, Permanent
+from pipeline.core.errors import Ambiguous, Permanent
 from receipts.calls import Intent, ReceiptBook
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pipeline.errors import StaleTransition
+from pipeline.core.errors import StaleTransition
 
 
 class TaskStatus(str, Enum):

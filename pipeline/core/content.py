@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from pipeline.errors import InvalidInput
-from pipeline.fingerprint import digest
-from pipeline.states import TaskKind
+from pipeline.core.errors import InvalidInput
+from pipeline.core.fingerprint import digest
+from pipeline.core.states import TaskKind
 
 MAX_BLOCKS = 100
 MAX_TEXT = 2000

@@ -1,16 +1,25 @@
-"""The one exception tree of the project.
+"""The pipeline's exception tree, and the providers' vocabulary it speaks too.
 
-Everything we raise on purpose derives from `PipelineError`. Provider adapters
-may import this module (and nothing else of ours): they translate third-party
-errors into the four provider classes below, once, at their boundary.
-This module imports nothing of ours and does no I/O.
+Everything the pipeline raises on purpose derives from `PipelineError`. How a provider
+call ended is the providers' own vocabulary (providers/errors.py: `ProviderError` and its
+four classes Permanent, Transient, Ambiguous, Busy), re-exported here because the
+pipeline's decisions are made in it. The pipeline's own waits (`WaitingForInput`,
+`BudgetReached`) are `Busy` too, so the retry policy treats them alike, and
+`PipelineError`s. This module does no I/O.
 """
 
 from __future__ import annotations
 
+from providers.errors import Ambiguous, Busy, Permanent, ProviderError, Transient
+
+__all__ = ["PipelineError", "InvalidInput", "NotFound", "Conflict", "CapacityExceeded", "KeyLimitReached",
+           "LeaseLost", "StaleTransition", "ConfigError", "Cancelled", "WaitingForInput", "BudgetReached",
+           # the providers' vocabulary (providers/errors.py), which the pipeline's decisions speak too
+           "ProviderError", "Permanent", "Transient", "Ambiguous", "Busy"]
+
 
 class PipelineError(Exception):
-    """Root of every error this project raises on purpose."""
+    """Root of every error the pipeline raises on purpose (the providers' root is `ProviderError`)."""
 
 
 class InvalidInput(PipelineError, ValueError):
@@ -62,43 +71,13 @@ class ConfigError(PipelineError, ValueError):
     """A setting is missing or invalid; the message names the variable and the fix."""
 
 
-# Provider errors: how a call ended, as far as money is concerned.
-
-class ProviderError(PipelineError):
-    """A provider call did not produce a result."""
-
-    def __init__(self, message: str, *, http_status: int | None = None) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-
-
-class Permanent(ProviderError):
-    """The provider refused the request for good (bad input, auth): do not retry."""
-
-
-class Transient(ProviderError):
-    """The request provably never reached the provider: safe to retry."""
-
-
-class Ambiguous(ProviderError):
-    """The request may have been executed (and charged): the outcome is unknown."""
-
-
-class Busy(ProviderError):
-    """Rate limited or no free slot: try later without spending an attempt."""
-
-    def __init__(self, message: str, *, retry_after: float = 1.0, http_status: int | None = None) -> None:
-        super().__init__(message, http_status=http_status)
-        self.retry_after = retry_after
-
-
-class WaitingForInput(Busy):
+class WaitingForInput(Busy, PipelineError):
     """Another task is making the same input right now: wait for its asset, spend no attempt."""
 
     waiting_for = "input"
 
 
-class BudgetReached(Busy):
+class BudgetReached(Busy, PipelineError):
     """The call would pass a spend limit: it is not made; the task waits, spending no attempt."""
 
     waiting_for = "budget"

@@ -1,0 +1,64 @@
+"""The records the decisions and their callers pass around: a claimed task and a stored asset. Pure."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from providers.base import Result
+
+# File extensions of the media types we store, for names in bundles and downloads.
+EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
+              "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip"}
+
+
+def extension(media_type: str) -> str:
+    """The file extension of a media type we store ("bin" for any other)."""
+    return EXTENSIONS.get(media_type, "bin")
+
+
+@dataclass(frozen=True)
+class Task:
+    """A claimed task: what a worker needs to do one attempt, and to prove it holds the lease."""
+
+    id: int
+    content_id: int
+    version: int
+    kind: str
+    block_key: str | None
+    input: dict
+    fingerprint: str
+    attempts: int
+    max_attempts: int
+    deadline_at: datetime
+    lease_token: uuid.UUID
+    lease_until: datetime
+    attempt_ends_at: datetime | None = None   # the heartbeat stops and the call ends by then
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Task":
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A media file in the store, as the assets index records it."""
+
+    sha256: str
+    media_type: str
+    size: int
+    width: int | None = None
+    height: int | None = None
+    duration_ms: int | None = None
+
+    @classmethod
+    def from_result(cls, sha256: str, result: Result) -> "Asset":
+        """The asset a provider's result became once its bytes were stored under `sha256`."""
+        meta = result.metadata or {}
+        return cls(sha256, result.media_type, len(result.data), meta.get("width"), meta.get("height"),
+                   meta.get("duration_ms"))
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Asset":
+        return cls(row["sha256"], row["media_type"], row["size"], row["width"], row["height"], row["duration_ms"])

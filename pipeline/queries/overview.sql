@@ -1,0 +1,40 @@
+-- Read models: what the pages and the API show, each a join shaped for one view (pipeline/overview.py).
+
+-- contents_overview: content items, newest first, with the status counts of their current version
+SELECT c.id, c.title, c.locale, c.theme, c.current_version, c.approved_version, c.updated_at,
+       coalesce(s.counts, '{}'::jsonb) AS counts, coalesce(s.total, 0) AS total
+FROM contents c
+LEFT JOIN LATERAL (
+    SELECT jsonb_object_agg(status, n) AS counts, sum(n)::int AS total
+    FROM (SELECT status, count(*) AS n FROM tasks t
+          WHERE t.content_id = c.id AND t.version = c.current_version GROUP BY status) per_status
+) s ON true
+ORDER BY c.id DESC LIMIT %(limit)s OFFSET %(offset)s;
+
+-- contents_count: how many content items exist (for paging)
+SELECT count(*) AS n FROM contents;
+
+-- versions_of_content: a content item's versions, newest first
+SELECT version, title, saved_by, saved_at, approved_at, approved_by, cancel_requested_at, cancel_requested_by
+FROM versions WHERE content_id = %(content_id)s ORDER BY version DESC;
+
+-- tasks_of_version_view: a version's tasks with their asset and whether their input already has an asset
+SELECT t.id, t.kind, t.block_key, t.status, t.attempts, t.max_attempts,
+       (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches, t.available_at,
+       t.deadline_at, t.lease_until, t.asset_sha256, t.last_error, t.last_error_code, t.waiting_for, t.fingerprint, t.updated_at,
+       (i.sha256 IS NOT NULL) AS reusable, a.media_type, a.size AS asset_size, a.duration_ms, a.width, a.height,
+       dl.reason AS dead_letter
+FROM tasks t
+LEFT JOIN asset_inputs i ON i.fingerprint = t.fingerprint
+LEFT JOIN assets a ON a.sha256 = t.asset_sha256
+LEFT JOIN dead_letters dl ON dl.task_id = t.id
+WHERE t.content_id = %(content_id)s AND t.version = %(version)s
+ORDER BY t.id;
+
+-- tasks_get_for_view: one task with its version's title and its content's current and approved versions
+SELECT t.*, v.title, v.locale, c.current_version, c.approved_version,
+       (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches
+FROM tasks t
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+JOIN contents c ON c.id = t.content_id
+WHERE t.id = %(task_id)s;

@@ -1,0 +1,48 @@
+"""The providers' vocabulary of failure: how a call ended, as far as money is concerned.
+
+`Provider.generate` raises only the four classes below, each a `ProviderError`; an adapter
+translates whatever its transport raised into one of them, once, at its boundary:
+
+* `Permanent`: refused for good (bad input, auth): do not retry;
+* `Transient`: the request provably never reached the provider: safe to retry;
+* `Ambiguous`: the request may have been executed (and charged): the outcome is unknown;
+* `Busy`: rate limited or no free slot: try later without spending an attempt.
+
+`ProviderConfigError` refuses a provider that cannot be built (or a fault that cannot be
+armed) as asked; it is a `ValueError`, never raised by a call. The pipeline decides what each
+class means for a task (pipeline/core/policy.py). This module imports nothing and does no I/O.
+"""
+
+from __future__ import annotations
+
+
+class ProviderError(Exception):
+    """A provider call did not produce a result."""
+
+    def __init__(self, message: str, *, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+class Permanent(ProviderError):
+    """The provider refused the request for good (bad input, auth): do not retry."""
+
+
+class Transient(ProviderError):
+    """The request provably never reached the provider: safe to retry."""
+
+
+class Ambiguous(ProviderError):
+    """The request may have been executed (and charged): the outcome is unknown."""
+
+
+class Busy(ProviderError):
+    """Rate limited or no free slot: try later without spending an attempt."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, http_status: int | None = None) -> None:
+        super().__init__(message, http_status=http_status)
+        self.retry_after = retry_after
+
+
+class ProviderConfigError(ValueError):
+    """A provider cannot be built, or a fault armed, as asked; the message names the setting and the fix."""
