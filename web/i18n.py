@@ -29,7 +29,7 @@ from babel.messages.pofile import read_po
 from flask import Flask, request
 from flask_babel import Babel, get_locale
 
-from pipeline.errors import ConfigError, InvalidInput
+from pipeline.core.errors import ConfigError, InvalidInput
 from web import sessions
 from web.errors import is_api
 

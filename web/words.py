@@ -13,9 +13,9 @@ from flask_babel import gettext
 from flask_babel import lazy_gettext as _l
 from flask_babel import lazy_pgettext
 
-from pipeline.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound, StaleTransition
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound, StaleTransition
 
-# Codes of pipeline.errors.Conflict, web.errors.Problem, the domain errors of web.errors,
+# Codes of pipeline.core.errors.Conflict, web.errors.Problem, the domain errors of web.errors,
 # and the HTTP errors a page can answer with.
 CODE_WORDS = {
     # refusals of a change

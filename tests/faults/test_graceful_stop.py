@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from pipeline import versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson, wait_until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from pipeline import versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline import versions
-from pipeline.content import parse_draft
+from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
 from tests.helpers import lesson, wait_until
 

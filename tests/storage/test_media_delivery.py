@@ -12,7 +12,7 @@ import requests
 
 from pipeline import db, keys, settings, storage
 from pipeline.db import connect
-from pipeline.errors import ConfigError
+from pipeline.core.errors import ConfigError
 from tests.web.conftest import make_app
 from web.media import signed_url
 

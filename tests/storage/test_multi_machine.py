@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from pipeline import keys, storage
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.fingerprint import idempotency_key
 from tests.fakeprovider import Behaviour, FakeProviderServer
 from tests.helpers import lesson, wait_until
 from tests.storage.conftest import system_env

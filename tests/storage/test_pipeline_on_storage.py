@@ -14,7 +14,7 @@ import zipfile
 import redis
 
 from pipeline import dispatch, runtime, settings, storage, versions
-from pipeline.fingerprint import idempotency_key
+from pipeline.core.fingerprint import idempotency_key
 from pipeline.reconcile import Reconciler
 from tests.fakeprovider import Behaviour
 from tests.helpers import ControlledExecutor, draft, make_settings, wait_until, work_burst

@@ -244,7 +244,7 @@ def test_an_error_page_says_what_its_code_means_in_the_editors_language(app, tok
 
 
 def test_a_refused_retry_is_explained_in_chinese(app, tokens, api, work):
-    from pipeline.errors import Ambiguous
+    from pipeline.core.errors import Ambiguous
     created = api.create(1)
     image = api.get(created["status_url"]).json["tasks"][0]
     work.executor.script[image["id"]] = [Ambiguous("lost")]
@@ -260,7 +260,7 @@ def test_a_refused_retry_is_explained_in_chinese(app, tokens, api, work):
 
 
 def test_a_compiled_catalog_the_app_cannot_write_stops_it_with_the_fix(tmp_path):
-    from pipeline.errors import ConfigError
+    from pipeline.core.errors import ConfigError
     # given: a catalog whose compiled file cannot be put in place (a folder holds its name; even root cannot)
     folder = tmp_path / "translations" / "en" / "LC_MESSAGES"
     folder.mkdir(parents=True)

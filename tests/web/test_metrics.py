@@ -137,7 +137,7 @@ def test_outbox_rows_that_keep_failing_to_reach_redis_are_counted_as_stuck(api, 
 
 
 def test_dead_letters_of_failed_tasks_are_counted_by_reason(api, work):
-    from pipeline.errors import Permanent
+    from pipeline.core.errors import Permanent
 
     created = api.create(1)
     tasks = api.get(created["status_url"]).json["tasks"]
