@@ -86,6 +86,18 @@ class System:
         for proc in self.workers:
             proc.wait(10)
 
+    def save_lesson(self, blocks: int = 1, prefix: str = "") -> tuple[int, int]:
+        """Save a lesson through the engine (no web): its content id and its first image task's id."""
+        from pipeline import versions
+        from pipeline.core.content import parse_draft
+        from tests.helpers import lesson
+
+        with self.db() as conn:
+            saved = versions.save(conn, parse_draft(lesson(blocks, prefix=prefix)), self.cfg, actor="e")
+            image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image' ORDER BY id LIMIT 1",
+                                 (saved.content_id,)).fetchone()
+        return saved.content_id, image["id"]
+
     def task(self, task_id: int) -> dict:
         with self.db() as conn:
             return conn.execute("SELECT * FROM tasks WHERE id = %s", (task_id,)).fetchone()

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import time
 
-from pipeline import versions
-from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
-from tests.helpers import lesson, wait_until
+from tests.helpers import wait_until
 
 
 def test_a_call_outlasting_the_attempt_ceiling_is_given_up_and_the_worker_lives_on(system, fake):
@@ -15,15 +13,12 @@ def test_a_call_outlasting_the_attempt_ceiling_is_given_up_and_the_worker_lives_
     capped = system.with_env(ATTEMPT_CEILING_SECONDS="3", IMAGE_CALL_TIMEOUT="60", IMAGE_READ_TIMEOUT="60")
     worker = capped.start_worker("image")
     fake.script(Behaviour("hold", seconds=30, endpoint="image"))
-    with capped.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), capped.cfg, actor="e")
-        image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
-                             (saved.content_id,)).fetchone()
+    _, image_id = capped.save_lesson()
     capped.dispatch()
     wait_until(lambda: fake.in_flight("image") == 1, timeout=60, message="the call in flight")
     started = time.monotonic()
     # then: the worker gives the call up at the ceiling; the outcome is unknown, not repeated
-    row = capped.wait_status(image["id"], "unknown", timeout=30)
+    row = capped.wait_status(image_id, "unknown", timeout=30)
     assert time.monotonic() - started < 10
     assert row["attempts"] == 1 and "Ambiguous" in row["last_error"]
     assert worker.poll() is None

@@ -7,10 +7,8 @@ import threading
 
 import pytest
 
-from pipeline import versions
-from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
-from tests.helpers import lesson, wait_until
+from tests.helpers import wait_until
 
 
 @pytest.mark.parametrize("command", ["worker-pool", "worker"])
@@ -22,24 +20,18 @@ def test_sigterm_mid_call_lets_the_call_finish_once_and_the_task_succeed(system,
     argv += ["-n", "2"] if command == "worker-pool" else []
     worker = system._spawn([*argv, "image", "image-bulk"], f"stop-{command}")
     system.workers.append(worker)
-    with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
-        image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
-                             (saved.content_id,)).fetchone()
+    _, image_id = system.save_lesson()
     system.dispatch()
     wait_until(lambda: fake.in_flight("image") == 1, timeout=30, message="the image call in flight")
     # when: the platform stops the worker; more work arrives; the provider answers 2 s later
     worker.send_signal(signal.SIGTERM)
-    with system.db() as conn:
-        later = versions.save(conn, parse_draft(lesson(1, prefix="later")), system.cfg, actor="e")
-        queued = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
-                              (later.content_id,)).fetchone()
+    _, queued_id = system.save_lesson(prefix="later")
     system.dispatch()
     threading.Timer(2.0, fake.release).start()
     # then: the call in flight finished once and its task succeeded, the worker exited by itself,
     # and it took no new job on its way out
-    row = system.wait_status(image["id"], "succeeded", "unknown", "retry", timeout=30)
+    row = system.wait_status(image_id, "succeeded", "unknown", "retry", timeout=30)
     assert row["status"] == "succeeded"
     assert worker.wait(timeout=30) is not None
     assert len([r for r in fake.recorded if r.endpoint == "image"]) == 1
-    assert system.task(queued["id"])["status"] == "ready"
+    assert system.task(queued_id)["status"] == "ready"

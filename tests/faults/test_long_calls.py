@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline import versions
-from pipeline.core.content import parse_draft
 from tests.fakeprovider import Behaviour
-from tests.helpers import lesson, wait_until
+from tests.helpers import wait_until
 
 
 def test_a_call_three_times_longer_than_the_lease_succeeds_once_under_one_lease(system, fake):
@@ -13,21 +11,18 @@ def test_a_call_three_times_longer_than_the_lease_succeeds_once_under_one_lease(
     slow = system.with_env(IMAGE_READ_TIMEOUT="20")
     slow.start_worker("image")
     fake.script(Behaviour("delay", seconds=9, endpoint="image"))
-    with slow.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), slow.cfg, actor="e")
-        image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
-                             (saved.content_id,)).fetchone()
+    _, image_id = slow.save_lesson()
     slow.dispatch()
     # while the call runs, the reconciler finds no expired lease to take over
     wait_until(lambda: fake.in_flight("image") == 1, timeout=60, message="the call in flight")
     while fake.in_flight("image"):
         slow.reconcile()
-        assert slow.task(image["id"])["status"] in ("running", "succeeded")
-    row = slow.wait_status(image["id"], "succeeded", "unknown", "retry", timeout=40)
+        assert slow.task(image_id)["status"] in ("running", "succeeded")
+    row = slow.wait_status(image_id, "succeeded", "unknown", "retry", timeout=40)
     # then: one attempt, one call, one lease from claim to success
     assert (row["status"], row["attempts"]) == ("succeeded", 1)
     assert len([r for r in fake.recorded if r.endpoint == "image"]) == 1
     with slow.db() as conn:
         leases = conn.execute("SELECT count(DISTINCT lease_token) AS n FROM events WHERE task_id = %s "
-                              "AND lease_token IS NOT NULL", (image["id"],)).fetchone()["n"]
+                              "AND lease_token IS NOT NULL", (image_id,)).fetchone()["n"]
     assert leases == 1
