@@ -41,11 +41,14 @@ def fake_provider(latency: float) -> FakeProviderServer:
 
 
 def provider_env(image: FakeProviderServer, tts: FakeProviderServer, limit: int) -> dict[str, str]:
-    """The HTTP adapters against the fakes, `limit` concurrent calls per provider, no per-minute limit."""
+    """The HTTP adapters against the fakes, `limit` concurrent calls per provider, no per-minute limit.
+
+    The models are the backends' defaults, which the fakes (strict about the OpenAI contract) accept.
+    """
     env = {}
     for prefix, fake in (("IMAGE", image), ("TTS", tts)):
         env.update({f"{prefix}_PROVIDER": "openai", f"{prefix}_BASE_URL": fake.base_url,
-                    f"{prefix}_API_KEY": "fake-key", f"{prefix}_MODEL": f"fake-{prefix.lower()}",
+                    f"{prefix}_API_KEY": "fake-key",
                     f"{prefix}_MAX_CONCURRENCY": str(limit), f"{prefix}_RATE_PER_MINUTE": "1000000"})
     env["TTS_VOICE"] = "alloy"
     return env
@@ -103,7 +106,8 @@ class DevStack:
               **env: str) -> "DevStack":
         full = {**{k: v for k, v in os.environ.items() if not k.startswith(("IMAGE_", "TTS_"))},
                 "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
-                "PORT": str(port), "SECRET_KEY": "stack-test-secret-0123456789", "PYTHONPATH": str(ROOT), **env}
+                "PORT": str(port), "SECRET_KEY": "stack-test-secret-0123456789abcdefghij", "PYTHONPATH": str(ROOT),
+                **env}
         stack = cls(full, port, log)
         with connect(database_url, autocommit=True) as conn:
             stack.api_key = keys.create(conn, "editor@stack", "editor")[1]
