@@ -9,7 +9,7 @@ and one asset per media task, the bundle's dependencies. Then VACUUM ANALYZE, as
 have done. The measurements go round-robin over the sizes, so drift on a noisy machine hits them
 alike:
 
-* claim + complete: `engine.claim` then `engine.succeed` of each media task of a freshly saved
+* claim + complete: `tasks.claim` then `tasks.succeed` of each media task of a freshly saved
   20-block lesson (two transactions, as a worker does them, without the provider in between);
 * admission: the `admission_pending` count a save runs under its advisory lock;
 * save: `versions.save` of that 20-block lesson (admission included), and dispatch: `send_due` of
@@ -114,8 +114,8 @@ def generate(stack: Stack, name: str, tasks: int, chunk: int = 6000) -> tuple[in
 
 def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
     """Save a 20-block lesson, send its outbox, then claim and complete each media task; the latencies."""
-    from pipeline import dispatch, engine, versions
-    from pipeline.engine import Asset
+    from pipeline import dispatch, tasks, versions
+    from pipeline.tasks import Asset
     import redis
     started = time.perf_counter()
     saved = versions.save(conn, draft(20, tag), cfg, actor="bench")
@@ -128,9 +128,9 @@ def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
     out = []
     for task_id in ids:
         started = time.perf_counter()
-        task = engine.claim(conn, task_id, worker="bench", lease_seconds=60)
+        task = tasks.claim(conn, task_id, worker="bench", lease_seconds=60)
         sha = hashlib.sha256(f"{tag}-{task_id}".encode()).hexdigest()
-        engine.succeed(conn, task, Asset(sha, "image/webp", 300), actor="bench")
+        tasks.succeed(conn, task, Asset(sha, "image/webp", 300), actor="bench")
         out.append(time.perf_counter() - started)
     return out, save_s, send_s
 
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of 40 claim+complete and 40 admission samples")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
-    from pipeline.providerwork import build_providers
+    from pipeline.executor import build_providers
     with servers(statements=True) as stack:
         print_machine(stack)
         dbs, made = {}, []

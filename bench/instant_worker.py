@@ -55,7 +55,7 @@ class InstantProvider:
 def install_engine_runtime(calls_log: Path | None) -> None:
     from pipeline import runtime, settings
     from pipeline.db import connect
-    from pipeline.providerwork import ProviderExecutor
+    from pipeline.executor import ProviderExecutor
     from receipts.calls import ReceiptBook
     from receipts.media import MediaStore
 

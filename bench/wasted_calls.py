@@ -14,7 +14,7 @@ executions per idempotency key. Faults, the same for both pipelines:
 * two worker SIGKILLs: once 30 % and once 60 % of the planned calls have been executed, the worker
   whose call is in flight at that moment is killed (its whole process group), and a new one started.
 
-Ours: the Procfile's processes for real (one `rq worker -w pipeline.worker.Worker` per kind, `bin/dispatch`,
+Ours: the Procfile's processes for real (one `rq worker -w bin.worker.Worker` per kind, `bin/dispatch`,
 `bin/reconcile --loop 1`), saves with the fast path, the HTTP adapters of providers/openai_http.py.
 Unknown outcomes wait for a person: at the end an editor accepts the duplicate risk for each one
 (`review.retry(..., accept_duplicate_risk=True)`, recorded as an event) until none is left.

@@ -75,7 +75,7 @@ def reconcile_main(argv: list[str]) -> int:
     cfg = _settings()
     from pipeline.db import connect
     from pipeline.log import log
-    from pipeline.providerwork import build_providers
+    from pipeline.executor import build_providers
     from pipeline.reconcile import Reconciler
     stop = _stop_flag()
     providers = build_providers(cfg)

@@ -18,7 +18,7 @@ import psycopg
 from pipeline import versions
 from pipeline.core.content import Draft, parse_draft
 from pipeline.core.errors import Conflict, InvalidInput
-from pipeline.providerwork import build_providers
+from pipeline.executor import build_providers
 from pipeline.settings import Settings
 
 # scenario -> the local provider fault that plays it (providers/journal.py FAULTS)

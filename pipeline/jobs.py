@@ -1,8 +1,14 @@
 """The RQ job: `run_task(task_id)` does one attempt of one task, fenced by its lease.
 
-A message carries only the task id. Whether there is anything to do is decided
-by the claim in PostgreSQL: a duplicate or early message claims nothing and
-returns. The job's return value carries no business state.
+The execution path, from a message to a written outcome: the worker (bin/worker.py)
+runs `run_task`, which claims the task (`pipeline.tasks.claim`), reuses an asset its
+input already has or takes the input's one paid call, hands the attempt to the
+process's executor (`pipeline.executor`, kept by `pipeline.runtime`) under an
+`AttemptContext`, and has `pipeline.tasks` apply the outcome (`succeed`, or
+`fail_attempt`, which asks the retry policy). A message carries only the task id.
+Whether there is anything to do is decided by the claim in PostgreSQL: a duplicate
+or early message claims nothing and returns. The job's return value carries no
+business state.
 """
 
 from __future__ import annotations
@@ -13,23 +19,26 @@ from datetime import datetime, timezone
 import psycopg
 from rq import get_current_job
 
-from pipeline import db, dispatch, engine, runtime
-from pipeline.core.records import Task
+from pipeline import dispatch, runtime, tasks
 from pipeline.core.errors import Cancelled, LeaseLost, Transient
+from pipeline.core.records import Task
 from pipeline.log import log
 
 
-class Lease:
-    """Keeps one task's lease alive from a background thread, and answers `check()`."""
+class AttemptContext:
+    """One attempt of one task: who makes it (the worker, the task, its lease token) and its lease,
+    kept alive by a background heartbeat while the work runs. `check()` says, right before a paid
+    call, whether the attempt may go on."""
 
     def __init__(self, rt: runtime.Runtime, task: Task) -> None:
         self.rt, self.task = rt, task
+        self.worker = rt.worker_id
         self.lost = self.cancel_requested = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"lease-{task.id}", daemon=True)
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> "AttemptContext":
         self._thread.start()
         return self
 
@@ -41,7 +50,7 @@ class Lease:
         """Extend the lease; False when PostgreSQL could not be asked."""
         with self._lock:
             try:
-                result = engine.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
+                result = tasks.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
             except psycopg.OperationalError as exc:
                 self.rt.drop("lease")
                 log("heartbeat_failed", task_id=self.task.id, lease_token=self.task.lease_token,
@@ -61,6 +70,7 @@ class Lease:
                 told = True
 
     def check(self) -> None:
+        """Raise Transient (the lease cannot be confirmed), LeaseLost or Cancelled when the attempt must stop."""
         if not self.beat():
             raise Transient(f"task {self.task.id}: cannot confirm the lease; not calling the provider")
         if self.lost:
@@ -68,33 +78,26 @@ class Lease:
         if self.cancel_requested:
             raise Cancelled(f"task {self.task.id}: its version was cancelled")
 
-    def record_call(self, *, provider: str, model: str, idempotency_key: str, outcome: str,
-                    http_status: int | None, latency_ms: int | None, cost: float) -> None:
-        db.execute(self.rt.conn(), "provider_calls_insert", {
-            "task_id": self.task.id, "attempt": self.task.attempts, "provider": provider, "model": model,
-            "idempotency_key": idempotency_key, "outcome": outcome, "http_status": http_status,
-            "latency_ms": latency_ms, "cost": cost, "accepted_by": None})
-
 
 def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None:
-    for attempt in (1, 2):  # a PostgreSQL restart breaks the kept connection once
+    for tries in (1, 2):  # a PostgreSQL restart breaks the kept connection once
         try:
-            return engine.claim(rt.conn(), task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds,
-                                rq_job_id=job_id, attempt_seconds=rt.settings.attempt_ceiling_seconds)
+            return tasks.claim(rt.conn(), task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds,
+                               rq_job_id=job_id, attempt_seconds=rt.settings.attempt_ceiling_seconds)
         except psycopg.OperationalError:
             rt.drop()
-            if attempt == 2:
+            if tries == 2:
                 raise
     return None
 
 
 def _reuse(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
-    asset = engine.find_reusable(rt.conn(), task.fingerprint)
+    asset = tasks.find_reusable(rt.conn(), task.fingerprint)
     if asset is None:
         return None
     provider = getattr(rt.executor, "provider_name", lambda kind: kind)(task.kind)
-    status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id, reason="reused",
-                                       details={"reused_sha256": asset.sha256}, reused_from=provider)
+    status, unblocked = tasks.succeed(rt.conn(), task, asset, actor=rt.worker_id, reason="reused",
+                                      details={"reused_sha256": asset.sha256}, reused_from=provider)
     return status.value, unblocked
 
 
@@ -104,10 +107,10 @@ def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None
     None: this task holds the input and may call. Otherwise the task's status after reusing or parking.
     """
     for _ in range(3):  # the holder may finish between our steps; each loop sees a newer state
-        if engine.take_input(rt.conn(), task, rt.settings.lease_seconds):
+        if tasks.take_input(rt.conn(), task, rt.settings.lease_seconds):
             return _reuse(rt, task)   # the asset may have been stored just before we took the input
-        parked = engine.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
-                                       now=datetime.now(timezone.utc))
+        parked = tasks.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
+                                      now=datetime.now(timezone.utc))
         if parked is not None:
             return parked.to.value, []
         reused = _reuse(rt, task)
@@ -116,7 +119,7 @@ def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None
     raise Transient(f"task {task.id}: the hold on its input kept changing hands; trying again later")
 
 
-def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[int]]:
+def _attempt(rt: runtime.Runtime, task: Task, attempt: AttemptContext) -> tuple[str, list[int]]:
     reused = _reuse(rt, task)
     if reused:
         return reused
@@ -124,20 +127,20 @@ def _attempt(rt: runtime.Runtime, task: Task, lease: Lease) -> tuple[str, list[i
         settled = _hold_input(rt, task) if task.kind != "bundle" else None
         if settled:
             return settled
-        asset = rt.executor.execute(task, lease)   # it checks the lease right before any paid call
+        asset = rt.executor.execute(task, attempt)   # it checks the attempt right before any paid call
     except Cancelled:
-        engine.cancel_running(rt.conn(), task, actor=rt.worker_id)
+        tasks.cancel_running(rt.conn(), task, actor=rt.worker_id)
         return "cancelled", []
     except LeaseLost:
-        engine.release_input(rt.conn(), task)     # raised before any call: nothing is in flight
+        tasks.release_input(rt.conn(), task)     # raised before any call: nothing is in flight
         raise
     except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
-        outcome = engine.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
-                                      now=datetime.now(timezone.utc))
+        outcome = tasks.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
+                                     now=datetime.now(timezone.utc))
         log("attempt_failed", task_id=task.id, attempt=task.attempts, lease_token=task.lease_token,
             error=exc.__class__.__name__, status=outcome.to.value)
         return outcome.to.value, []
-    status, unblocked = engine.succeed(rt.conn(), task, asset, actor=rt.worker_id)
+    status, unblocked = tasks.succeed(rt.conn(), task, asset, actor=rt.worker_id)
     return status.value, unblocked
 
 
@@ -147,16 +150,16 @@ def run_task(task_id: int) -> str:
     job_id = job.id if job else None
     task = _claim(rt, task_id, job_id)
     if task is None:
-        failed = engine.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id,
-                                           last_error=engine.DEADLINE_BEFORE_CLAIM)
+        failed = tasks.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id,
+                                          last_error=tasks.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
         return "failed" if failed else "skipped"
     fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,
               "attempt": task.attempts, "lease_token": task.lease_token, "rq_job_id": job_id}
     log("job_start", **fields)
     try:
-        with Lease(rt, task) as lease:
-            status, unblocked = _attempt(rt, task, lease)
+        with AttemptContext(rt, task) as attempt:
+            status, unblocked = _attempt(rt, task, attempt)
     except LeaseLost as exc:
         log("lease_lost_nothing_written", **fields, error=str(exc))
         return "lease_lost"

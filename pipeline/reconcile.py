@@ -1,4 +1,4 @@
-"""The reconciler: gather evidence, decide (pipeline.core.recovery), apply (pipeline.engine.apply).
+"""The reconciler: gather evidence, decide (pipeline.core.recovery), apply (pipeline.tasks.apply).
 
 One run at a time (a session advisory lock); every step works in bounded batches, so no
 transaction touches more than `batch` rows (superseding goes a content at a time, as a save
@@ -16,14 +16,14 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, engine, storage
+from pipeline import db, storage, tasks
 from pipeline.core import recovery
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus
 from pipeline.log import log
-from pipeline.providerwork import keep_result
+from pipeline.executor import keep_result
 from pipeline.settings import Settings
 from providers.base import Found, NotFound, Provider
 
@@ -99,11 +99,11 @@ class Reconciler:
     # apply -------------------------------------------------------------------------------------
 
     def apply(self, action: Outcome, row: dict) -> bool:
-        """Apply a decision about a task row it read (engine.apply, as a worker's); False when the task changed."""
+        """Apply a decision about a task row it read (tasks.apply, as a worker's); False when the task changed."""
         if action.to is None:
             return False
         with self.conn.transaction():
-            applied = engine.apply(self.conn, engine.Seen.found(row), action, actor=ACTOR)
+            applied = tasks.apply(self.conn, tasks.Seen.found(row), action, actor=ACTOR)
         if applied.status is None:
             return False
         log("reconciled", task_id=row["id"], to=action.to.value, reason=action.reason, via=action.event)
@@ -147,8 +147,8 @@ class Reconciler:
             contents, moved = db.all(self.conn, "reconcile_contents_with_old_work", {"limit": self.batch}), 0
             for row in contents:
                 with self.conn.transaction():
-                    moved += len(engine.supersede_older(self.conn, row["content_id"], row["current_version"],
-                                                        actor=ACTOR, reason="a newer version exists"))
+                    moved += len(tasks.supersede_older(self.conn, row["content_id"], row["current_version"],
+                                                       actor=ACTOR, reason="a newer version exists"))
             report.add("superseded", moved)
             if len(contents) < self.batch or not moved:
                 return
@@ -157,7 +157,7 @@ class Reconciler:
         """Waiting tasks whose deadline passed fail with a dead letter, a batch per transaction."""
         while True:
             due = [row["id"] for row in db.all(self.conn, "reconcile_past_deadline", {"limit": self.batch})]
-            failed = engine.fail_past_deadline(self.conn, due, actor=ACTOR) if due else []
+            failed = tasks.fail_past_deadline(self.conn, due, actor=ACTOR) if due else []
             report.add("deadline_failed", len(failed))
             if len(due) < self.batch or not failed:
                 return

@@ -23,7 +23,7 @@ import redis
 
 from pipeline.db import connect
 from pipeline.settings import Settings, load, session_options
-from pipeline.work import Executor
+from pipeline.executor import Executor
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Runtime:
             self._conns, self._redis, self._pid = {}, None, os.getpid()
 
     def conn(self, name: str = "main") -> psycopg.Connection:
-        """A kept autocommit connection; each engine call opens its own short transaction."""
+        """A kept autocommit connection; each call of pipeline.tasks opens its own short transaction."""
         self._own()
         conn = self._conns.get(name)
         if conn is None or conn.closed or conn.broken:
@@ -77,7 +77,7 @@ _lock = threading.Lock()
 
 
 def default_executor(settings: Settings) -> Executor:
-    from pipeline.providerwork import ProviderExecutor
+    from pipeline.executor import ProviderExecutor
     return ProviderExecutor.from_settings(settings)
 
 

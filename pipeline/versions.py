@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, engine, lanes
+from pipeline import db, tasks, lanes
 from pipeline.overview import FINISHED, version_status
 from pipeline.core.content import Draft, ProviderInfo, plan_tasks, stamped
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
@@ -109,7 +109,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
         "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id,
         "lane": lane})
-    superseded = engine.supersede_older(conn, content_id, number, actor=actor, reason=f"superseded by version {number}")
+    superseded = tasks.supersede_older(conn, content_id, number, actor=actor, reason=f"superseded by version {number}")
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
     if key_id is not None:
         _admit_key(conn, cfg, key_id)

@@ -15,7 +15,7 @@ from rq import Queue, SimpleWorker
 from pipeline import runtime, settings
 from pipeline.core.content import parse_draft
 from pipeline.db import connect
-from pipeline.engine import Asset, Task
+from pipeline.tasks import Asset, Task
 from pipeline.core.errors import PipelineError
 from pipeline.lanes import ALL_QUEUES
 from receipts.media import MediaStore

@@ -41,7 +41,10 @@ def fake_provider(latency: float) -> FakeProviderServer:
 
 
 def provider_env(image: FakeProviderServer, tts: FakeProviderServer, limit: int) -> dict[str, str]:
-    """The HTTP adapters against the fakes, `limit` concurrent calls per provider, no per-minute limit."""
+    """The HTTP adapters against the fakes, `limit` concurrent calls per provider, no per-minute limit.
+
+    The models are the backends' defaults, which the fakes (strict about the OpenAI contract) accept.
+    """
     env = {}
     for prefix, fake in (("IMAGE", image), ("TTS", tts)):
         env.update({f"{prefix}_PROVIDER": "openai", f"{prefix}_BASE_URL": fake.base_url,

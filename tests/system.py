@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def rq_worker_argv(kind: str, redis_url: str) -> list[str]:
     """RQ's stock command line for one worker of a kind (what each process of the Procfile's pool runs):
     our SimpleWorker class, its queues in priority order, the interactive lane first."""
-    return ["-m", "rq.cli", "worker", "--quiet", "-w", "pipeline.worker.Worker", "--url", redis_url,
+    return ["-m", "rq.cli", "worker", "--quiet", "-w", "bin.worker.Worker", "--url", redis_url,
             *worker_queues(kind)]
 
 

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
-from pipeline import db, dispatch, engine, versions
+from pipeline import db, dispatch, tasks, versions
 from pipeline.db import connect
 from pipeline.core.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
 from tests.helpers import draft, task_rows, wait_until, work_burst
@@ -39,7 +39,7 @@ def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
     def claim(name):
         with connect(cfg.database_url, autocommit=True) as c:
             start.wait()
-            return engine.claim(c, task_id, worker=name, lease_seconds=30)
+            return tasks.claim(c, task_id, worker=name, lease_seconds=30)
     results = []
     threads = [threading.Thread(target=lambda n=n: results.append(claim(n))) for n in ("w1", "w2")]
     [t.start() for t in threads]
@@ -52,28 +52,28 @@ def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
 def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
     saved = versions.save(conn, draft(1), cfg, actor="a")
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
-    stale = engine.claim(conn, task_id, worker="w1", lease_seconds=0.5)
+    stale = tasks.claim(conn, task_id, worker="w1", lease_seconds=0.5)
     # given the lease expires and the task is handed to a new holder (as the reconciler does)
     wait_until(lambda: conn.execute("SELECT lease_until < now() AS gone FROM tasks WHERE id = %s",
                                     (task_id,)).fetchone()["gone"])
     conn.execute("UPDATE tasks SET status = 'retry', lease_token = NULL, lease_until = NULL WHERE id = %s", (task_id,))
-    fresh = engine.claim(conn, task_id, worker="w2", lease_seconds=30)
+    fresh = tasks.claim(conn, task_id, worker="w2", lease_seconds=30)
     assert fresh is not None and fresh.lease_token != stale.lease_token
-    asset = engine.Asset("a" * 64, "image/png", 1)
+    asset = tasks.Asset("a" * 64, "image/png", 1)
     # then every exit of the stale holder is refused and leaves the task alone
     with pytest.raises(LeaseLost):
-        engine.succeed(conn, stale, asset, actor="w1")
+        tasks.succeed(conn, stale, asset, actor="w1")
     for error in (Transient("x"), Permanent("x"), Ambiguous("x")):
         with pytest.raises(LeaseLost):
-            engine.fail_attempt(conn, stale, error, cfg, actor="w1", now=datetime.now(timezone.utc))
-    assert not engine.heartbeat(conn, stale, 30).alive
+            tasks.fail_attempt(conn, stale, error, cfg, actor="w1", now=datetime.now(timezone.utc))
+    assert not tasks.heartbeat(conn, stale, 30).alive
     row = db.one(conn, "tasks_get", {"task_id": task_id})
     assert (row["status"], str(row["lease_token"])) == ("running", str(fresh.lease_token))
     assert row["asset_sha256"] is None
     # but the stale holder's paid result is kept as an asset of its input, for reuse
-    assert engine.find_reusable(conn, stale.fingerprint) == asset
+    assert tasks.find_reusable(conn, stale.fingerprint) == asset
     # while the new holder can complete
-    assert engine.succeed(conn, fresh, asset, actor="w2")[0].value == "succeeded"
+    assert tasks.succeed(conn, fresh, asset, actor="w2")[0].value == "succeeded"
 
 
 def test_a_duplicate_message_before_the_retry_time_neither_runs_nor_spends_an_attempt(conn, cfg, rt, executor):
@@ -224,22 +224,22 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
     # given: version 1's first image is being paid for
     saved = versions.save(conn, draft(2), cfg, actor="a")
     old_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
-    old = engine.claim(conn, old_id, worker="w1", lease_seconds=30)
-    assert engine.take_input(conn, old, 30)
+    old = tasks.claim(conn, old_id, worker="w1", lease_seconds=30)
+    assert tasks.take_input(conn, old, 30)
     # when: the same text is saved again (the old task is superseded mid-call) and its twin runs
     versions.save(conn, draft(2), cfg, actor="a", content_id=saved.content_id, base_version=1)
     twin_row = next(r for r in task_rows(cfg.database_url, saved.content_id)
                     if r["version"] == 2 and r["fingerprint"] == old.fingerprint)
-    twin = engine.claim(conn, twin_row["id"], worker="w2", lease_seconds=30)
+    twin = tasks.claim(conn, twin_row["id"], worker="w2", lease_seconds=30)
     # then: the twin may not call, and waits without spending an attempt
-    assert not engine.take_input(conn, twin, 30)
-    parked = engine.wait_for_input(conn, twin, cfg, actor="w2", now=datetime.now(timezone.utc))
+    assert not tasks.take_input(conn, twin, 30)
+    parked = tasks.wait_for_input(conn, twin, cfg, actor="w2", now=datetime.now(timezone.utc))
     row = db.one(conn, "tasks_get", {"task_id": twin.id})
     assert (parked.to.value, row["waiting_for"], row["attempts"]) == ("retry", "input", 0)
     # and when the old call answers, its asset is kept and the twin is woken to reuse it
     with pytest.raises(LeaseLost):
-        engine.succeed(conn, old, engine.Asset("b" * 64, "image/png", 1), actor="w1")
-    assert engine.find_reusable(conn, old.fingerprint).sha256 == "b" * 64
+        tasks.succeed(conn, old, tasks.Asset("b" * 64, "image/png", 1), actor="w1")
+    assert tasks.find_reusable(conn, old.fingerprint).sha256 == "b" * 64
     woken = db.one(conn, "tasks_get", {"task_id": twin.id})
     assert woken["available_at"] <= datetime.now(timezone.utc)
 
@@ -247,9 +247,9 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
 def test_the_heartbeat_lets_an_attempt_go_past_its_ceiling(conn, cfg):
     saved = versions.save(conn, draft(1), cfg, actor="a")
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
-    task = engine.claim(conn, task_id, worker="w", lease_seconds=30, attempt_seconds=0.5)
-    assert engine.heartbeat(conn, task, 30).alive
+    task = tasks.claim(conn, task_id, worker="w", lease_seconds=30, attempt_seconds=0.5)
+    assert tasks.heartbeat(conn, task, 30).alive
     wait_until(lambda: conn.execute("SELECT attempt_ends_at < now() AS over FROM tasks WHERE id = %s",
                                     (task_id,)).fetchone()["over"], message="the attempt's ceiling passing")
     # the lease is no longer renewed: it runs out and the reconciler moves the task on
-    assert not engine.heartbeat(conn, task, 30).alive
+    assert not tasks.heartbeat(conn, task, 30).alive

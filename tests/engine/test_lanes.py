@@ -8,9 +8,9 @@ import pytest
 import redis
 from rq import Queue, SimpleWorker
 
-from pipeline import db, dispatch, engine, lanes, review, versions
+from pipeline import db, dispatch, tasks, lanes, review, versions
 from pipeline.db import connect
-from pipeline.engine import Asset
+from pipeline.tasks import Asset
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
 from pipeline.reconcile import Reconciler
 from pipeline.runtime import Runtime
@@ -127,8 +127,8 @@ def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, c
     image, speech, bundle = task_rows(cfg.database_url, saved.content_id)
     send(conn, client)
     # a transient failure schedules the retry's message in the version's lane
-    task = engine.claim(conn, image["id"], worker="w", lease_seconds=30)
-    engine.fail_attempt(conn, task, Transient("flaky"), cfg, actor="w", now=datetime.now(timezone.utc))
+    task = tasks.claim(conn, image["id"], worker="w", lease_seconds=30)
+    tasks.fail_attempt(conn, task, Transient("flaky"), cfg, actor="w", now=datetime.now(timezone.utc))
     assert conn.execute("SELECT lane FROM outbox WHERE task_id = %s AND sent_at IS NULL",
                         (image["id"],)).fetchone()["lane"] == "bulk"
     # a message lost long ago is sent again by the reconciler, in the same lane
@@ -143,8 +143,8 @@ def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, c
     for row in (image, speech):
         conn.execute("DELETE FROM outbox WHERE task_id = %s AND sent_at IS NULL", (row["id"],))
         conn.execute("UPDATE tasks SET status = 'ready', available_at = now() WHERE id = %s", (row["id"],))
-        claimed = engine.claim(conn, row["id"], worker="w", lease_seconds=30)
-        _, ids = engine.succeed(conn, claimed, Asset("a" * 63 + str(row["id"] % 10), "image/png", 1), actor="w")
+        claimed = tasks.claim(conn, row["id"], worker="w", lease_seconds=30)
+        _, ids = tasks.succeed(conn, claimed, Asset("a" * 63 + str(row["id"] % 10), "image/png", 1), actor="w")
         unblocked += ids
     assert conn.execute("SELECT lane FROM outbox WHERE id = ANY(%s)", (unblocked,)).fetchone()["lane"] == "bulk"
     assert dispatch.send_now(conn, client, unblocked) == 0

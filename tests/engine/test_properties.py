@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from pipeline import engine, versions
+from pipeline import tasks, versions
 from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
 from tests.helpers import draft, make_settings
@@ -23,7 +23,7 @@ def machine_for(conn, cfg):
                          "asset_inputs, provider_calls, reconcile_runs, input_calls RESTART IDENTITY CASCADE")
             self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
             self.version = 1
-            self.holders: list[engine.Task] = []
+            self.holders: list[tasks.Task] = []
             self.calling: dict = {}   # lease_token -> (fingerprint, task id) of a call made and not yet answered
 
         def _task_ids(self, version=None):
@@ -37,7 +37,7 @@ def machine_for(conn, cfg):
         @rule(pick=st.integers(0, 100), call=st.booleans(), newest=st.booleans())
         def claim(self, pick, call, newest):
             ids = self._task_ids(self.version if newest else None)
-            task = engine.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
+            task = tasks.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
             if task:
                 self.holders.append(task)
                 if call:
@@ -45,7 +45,7 @@ def machine_for(conn, cfg):
 
         def _call(self, holder):
             """The holder takes its input and calls the provider, if no other task holds that input."""
-            if holder.kind != "bundle" and engine.take_input(conn, holder, 60):
+            if holder.kind != "bundle" and tasks.take_input(conn, holder, 60):
                 self.calling[holder.lease_token] = (holder.fingerprint, holder.id)
 
         @rule(pick=st.integers(0, 100), outcome=st.sampled_from(["succeed", *ERRORS]))
@@ -57,9 +57,9 @@ def machine_for(conn, cfg):
             self.calling.pop(holder.lease_token, None)   # the call, if one was made, has answered
             try:
                 if outcome == "succeed":
-                    engine.succeed(conn, holder, engine.Asset("e" * 64, "image/png", 1), actor="w")
+                    tasks.succeed(conn, holder, tasks.Asset("e" * 64, "image/png", 1), actor="w")
                 else:
-                    engine.fail_attempt(conn, holder, ERRORS[outcome], cfg, actor="w", now=datetime.now(timezone.utc))
+                    tasks.fail_attempt(conn, holder, ERRORS[outcome], cfg, actor="w", now=datetime.now(timezone.utc))
                 assert current, "a stale holder was allowed to write"
             except LeaseLost:
                 assert not current, "the current holder was refused"
@@ -73,7 +73,7 @@ def machine_for(conn, cfg):
         def heartbeat(self, pick):
             if self.holders:
                 holder = self.holders[pick % len(self.holders)]
-                alive = engine.heartbeat(conn, holder, 60).alive
+                alive = tasks.heartbeat(conn, holder, 60).alive
                 assert alive == (self._current_token(holder.id) == holder.lease_token)
 
         @rule()
@@ -87,7 +87,7 @@ def machine_for(conn, cfg):
                 return
             holder = self.holders[pick % len(self.holders)]
             self.leases_expire_and_the_reconciler_runs()
-            task = engine.claim(conn, holder.id, worker="w2", lease_seconds=60)
+            task = tasks.claim(conn, holder.id, worker="w2", lease_seconds=60)
             if task:
                 self.holders.append(task)
 

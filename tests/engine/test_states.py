@@ -4,7 +4,7 @@ import random
 import pytest
 
 from pipeline.core import recovery
-from pipeline.engine import Asset
+from pipeline.tasks import Asset
 from pipeline.core.errors import StaleTransition
 from pipeline.core.outcome import Reason
 from pipeline.core.states import TaskKind, TaskStatus, check_transition

@@ -96,7 +96,7 @@ def test_the_bundle_manifest_matches_the_version_and_every_file(system, fake):
 
 def test_a_worker_dying_mid_call_at_a_lookup_capable_provider_succeeds_by_lookup(system, fake):
     local = system.with_env(IMAGE_PROVIDER="local")
-    from pipeline.providerwork import build_providers
+    from pipeline.executor import build_providers
     build_providers(local.cfg)["image"].arm("crash_mid_call")
     start_all(local)
     with local.db() as conn:
@@ -112,7 +112,7 @@ def test_a_worker_dying_mid_call_at_a_lookup_capable_provider_succeeds_by_lookup
 
 def test_an_unknown_outcome_is_resolved_by_the_next_reconcile_when_the_provider_can_look_it_up(system, fake):
     local = system.with_env(IMAGE_PROVIDER="local")
-    from pipeline.providerwork import build_providers
+    from pipeline.executor import build_providers
     build_providers(local.cfg)["image"].arm("accept_then_lose")   # the call is done, the answer is lost
     start_all(local)
     with local.db() as conn:

@@ -33,7 +33,7 @@ def test_workers_are_rq_worker_pools_of_our_simple_workers_listening_interactive
     command = dict(devstack.read_procfile())[name]
     argv = argv_of(command, {"REDIS_URL": "redis://127.0.0.1:6379/0"})
     assert argv[:2] == ["rq", "worker-pool"]
-    assert argv[argv.index("-w") + 1] == "pipeline.worker.Worker"
+    assert argv[argv.index("-w") + 1] == "bin.worker.Worker"
     assert argv[argv.index("--url") + 1] == "redis://127.0.0.1:6379/0"
     assert argv[-2:] == lanes.worker_queues(KINDS[name])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import demo, runtime
-from pipeline.providerwork import ProviderExecutor, build_providers
+from pipeline.executor import ProviderExecutor, build_providers
 from tests.helpers import wait_until
 from tests.web.conftest import Api, Work, make_app
 

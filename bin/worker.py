@@ -1,7 +1,9 @@
-"""The RQ worker class of the Procfile's pools: `rq worker-pool -w pipeline.worker.Worker -n N QUEUES...`.
+"""The RQ worker class of the Procfile's pools: `rq worker-pool -w bin.worker.Worker -n N QUEUES...`.
 
-RQ's own command line starts the processes; this class only changes what a worker does
-before its first job (docs/decisions.md, "Worker pools"):
+The worker's entry point, beside the other commands. Each job it takes runs
+`pipeline.jobs.run_task` (the execution path is described there). RQ's own command line
+starts the processes; this class only changes what a worker does before its first job
+(docs/decisions.md, "Worker pools"):
 
 * It is RQ's `SimpleWorker`: the job runs in the worker process itself, so the kept
   PostgreSQL connections and provider sessions serve job after job (a forking worker opens
@@ -25,7 +27,7 @@ from rq.worker import SimpleWorker
 from PIL import Image
 
 from pipeline import jobs, runtime  # noqa: F401 - imported before the pool forks (see above)
-from pipeline import providerwork  # noqa: F401 - the executor, likewise
+from pipeline import executor  # noqa: F401 - the executor, likewise
 from pipeline.log import log
 from providers import local_image, openai_http  # noqa: F401 - adapters the registry imports when built
 

@@ -19,7 +19,7 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db
+from pipeline import db, ledger
 from pipeline.core import outcome as decide
 from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
@@ -223,19 +223,12 @@ def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, r
         applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
                         actor=actor)
         if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
-            _record_reuse(conn, task, asset, actor, reused_from)
+            record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
+                         details={"sha256": asset.sha256})
+            ledger.record_reuse(conn, task, reused_from)
     if applied.lost is not None:
         raise applied.lost
     return applied.status, list(applied.unblocked)
-
-
-def _record_reuse(conn: psycopg.Connection, task: Task, asset: Asset, actor: str, provider: str) -> None:
-    record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
-                 details={"sha256": asset.sha256})
-    db.execute(conn, "provider_calls_insert", {
-        "task_id": task.id, "attempt": task.attempts, "provider": provider,
-        "model": task.input.get("model", task.kind), "idempotency_key": "-", "outcome": "reused",
-        "http_status": None, "latency_ms": 0, "cost": 0, "accepted_by": None})
 
 
 def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,

@@ -1,13 +1,16 @@
-"""The executor that spends money: one provider call per attempt, bracketed by receipts.
+"""The executor: the work of one attempt, and for media the one paid call, bracketed by receipts.
 
-Order of one attempt: take a provider slot and a rate token (else Busy), check the
-lease, write the intent receipt (durable), call the provider outside any
-transaction, store the asset file, write the result receipt (durable), record the
-call in the ledger. Anything that goes wrong before the intent receipt is
-`Transient` (the provider was provably not called). After it, the provider's own
-classification holds; an `Ambiguous` answer from a provider configured as
-honouring idempotency keys (*_HONOURS_IDEMPOTENCY_KEY) becomes `Transient`, since a repeat with the same key returns
-the first result instead of charging again.
+`pipeline.jobs` claims a task and hands it here; the executor returns the stored asset or
+raises a classified error, and `pipeline.tasks` applies what the retry policy makes of it.
+Order of a media attempt: take a provider slot and a rate token and book the call's cost
+(else Busy or BudgetReached), check the attempt (`Attempt.check`: lease held, version not
+cancelled), write the intent receipt (durable), call the provider outside any transaction,
+store the asset file, write the result receipt (durable), record the call in the ledger.
+Anything that goes wrong before the intent receipt is `Transient` (the provider was
+provably not called). After it, the provider's own classification holds, as the money
+rule (`pipeline.core.policy.as_decided`) reads it: an `Ambiguous` answer from a provider
+that honours idempotency keys is `Transient`. A booking is given back only when the error
+proves the call cost nothing (`policy.unpaid`).
 """
 
 from __future__ import annotations
@@ -15,21 +18,20 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import Callable
+from datetime import datetime, timezone
+from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, db, spend, storage
-from pipeline.db import connect
-from pipeline.core.records import Asset, Task
+from pipeline import bundle, db, ledger, spend, storage
 from pipeline.core import policy
 from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, Transient
 from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import Asset, Task
+from pipeline.db import connect
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings, session_options
-from pipeline.work import WorkContext
 from providers.base import GenerateRequest, Provider, Result
 from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
@@ -38,6 +40,20 @@ from receipts.calls import Outcome as ResultReceipt
 from receipts.media import MediaStore
 
 PROVIDER_KIND = {"image": "image", "tts": "audio"}
+
+
+class Attempt(Protocol):
+    """What the executor needs of the attempt it works for (`pipeline.jobs.AttemptContext`)."""
+
+    def check(self) -> None:
+        """Raise LeaseLost or Cancelled when the attempt must stop now (else Transient if it cannot tell)."""
+
+
+class Executor(Protocol):
+    """Does one attempt of a claimed task: the stored asset, or a classified error."""
+
+    def execute(self, task: Task, attempt: Attempt) -> Asset:
+        ...
 
 
 def provider_config(p: ProviderSettings) -> ProviderConfig:
@@ -140,7 +156,7 @@ class ProviderExecutor:
             return current
         return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn)
 
-    def execute(self, task: Task, ctx: WorkContext) -> Asset:
+    def execute(self, task: Task, attempt: Attempt) -> Asset:
         if task.kind == "bundle":  # local work, nothing is paid: any failure may simply be retried
             try:
                 data = bundle.build(self.conn(), self.store, task.content_id, task.version)
@@ -153,16 +169,15 @@ class ProviderExecutor:
         try:  # nothing has reached the provider yet: any failure here is Transient, Busy or BudgetReached
             request = request_for(task, seconds_left=(min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
                                                       - datetime.now(timezone.utc)).total_seconds())
-            replay = settings.honours_idempotency_key and bool(
-                db.scalar(self.conn(), "provider_calls_key_charged", {"idempotency_key": request.idempotency_key}))
+            replay = settings.honours_idempotency_key and ledger.key_charged(self.conn(), request.idempotency_key)
             slot, holder, booking = self.limits.take(name, settings, lambda conn: None if replay else spend.book(
                 conn, provider.name, task.content_id, settings, self.cfg.content_budget,
                 self.cfg.budget_recheck_seconds))
         except psycopg.Error as exc:
             raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
         try:
-            ctx.check()
-            return self._call(task, ctx, provider, settings, request, replay)
+            attempt.check()
+            return self._call(task, provider, settings, request, replay)
         except Exception as exc:
             if booking is not None and policy.unpaid(exc):
                 self._refund(booking)
@@ -180,8 +195,8 @@ class ProviderExecutor:
         except psycopg.Error as exc:   # the booking stays: the budget errs on the side of spending less
             log("spend_refund_failed", provider=booking.provider, error=exc.__class__.__name__)
 
-    def _call(self, task: Task, ctx: WorkContext, provider: Provider, settings: ProviderSettings,
-              request: GenerateRequest, replay: bool = False) -> Asset:
+    def _call(self, task: Task, provider: Provider, settings: ProviderSettings, request: GenerateRequest,
+              replay: bool = False) -> Asset:
         try:
             self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
                                           provider.model, task.fingerprint, request.idempotency_key, now()))
@@ -194,7 +209,7 @@ class ProviderExecutor:
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
             charged = policy.may_have_charged(exc, replay=replay)
-            self._record(ctx, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
+            self._record(task, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
                          latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
             decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
             if decided is exc:
@@ -203,16 +218,15 @@ class ProviderExecutor:
         elapsed = int((time.monotonic() - started) * 1000)
         asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
-        self._record(ctx, **record, outcome="replayed" if replay else "succeeded", http_status=200,
+        self._record(task, **record, outcome="replayed" if replay else "succeeded", http_status=200,
                      latency_ms=elapsed, cost=0.0 if replay else settings.cost_per_call)
         return asset
 
-    @staticmethod
-    def _record(ctx: WorkContext, **row) -> None:
+    def _record(self, task: Task, **row) -> None:
         # After the call, a database hiccup must not change what the call's outcome means:
         # the receipts are the durable record; the ledger row is best effort here.
         try:
-            ctx.record_call(**row)
+            ledger.record_call(self.conn(), task, **row)
         except psycopg.Error as exc:
             log("ledger_write_failed", idempotency_key=row["idempotency_key"], outcome=row["outcome"],
                 error=exc.__class__.__name__)
