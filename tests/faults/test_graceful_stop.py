@@ -16,7 +16,7 @@ def test_sigterm_mid_call_lets_the_call_finish_once_and_the_task_succeed(system,
     # given: the Procfile's pool (or one stock worker) with a provider call held in flight
     system = system.with_env(IMAGE_READ_TIMEOUT="10")
     fake.set_default(Behaviour("hold", seconds=30))
-    argv = ["-m", "rq.cli", command, "--quiet", "-w", "pipeline.worker.Worker", "--url", system.env["REDIS_URL"]]
+    argv = ["-m", "rq.cli", command, "--quiet", "-w", "bin.worker.Worker", "--url", system.env["REDIS_URL"]]
     argv += ["-n", "2"] if command == "worker-pool" else []
     worker = system._spawn([*argv, "image", "image-bulk"], f"stop-{command}")
     system.workers.append(worker)
