@@ -175,6 +175,18 @@ class Postgres:
         self.start()
 
 
+def stop_child(process: subprocess.Popen | None) -> None:
+    """Stop a server we started: SIGTERM, then SIGKILL if it has not ended within 10 s."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @dataclass
 class Valkey:
     """A Valkey server on 127.0.0.1:`port`, run as our child process."""
@@ -219,14 +231,7 @@ class Valkey:
         raise ServerError(f"Valkey on port {self.port} did not answer within 15 s; see {self.base / 'valkey.log'}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_child(self.process)
 
 
 @dataclass
@@ -272,11 +277,4 @@ class S3Server:
                           f"see {self.base / 's3.log'}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_child(self.process)
