@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Iterable
 
 import psycopg
