@@ -22,8 +22,8 @@ import psycopg
 import redis
 
 from pipeline.db import connect
-from pipeline.settings import Settings, load
 from pipeline.executor import Executor
+from pipeline.settings import Settings, load
 
 
 @dataclass

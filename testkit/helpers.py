@@ -14,10 +14,10 @@ from rq import Queue, SimpleWorker
 
 from pipeline import runtime, settings
 from pipeline.core.content import parse_draft
-from pipeline.db import connect
-from pipeline.tasks import Asset, Task
 from pipeline.core.errors import PipelineError
+from pipeline.db import connect
 from pipeline.lanes import ALL_QUEUES
+from pipeline.tasks import Asset, Task
 from receipts.media import MediaStore
 
 

@@ -32,8 +32,8 @@ import redis
 from bin.embedded import Postgres, Valkey, free_port
 from pipeline import dispatch, migrations, settings as settings_mod, versions
 from pipeline.core.content import parse_draft
-from pipeline.db import connect
 from pipeline.core.fingerprint import idempotency_key
+from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 from testkit.system import _die_with_pytest, rq_worker_argv
 

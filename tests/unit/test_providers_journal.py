@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.base import Found, GenerateRequest, NotFound
+from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.journal import CRASH_EXIT_CODE, FaultPlan
 from providers.local_image import LocalImageProvider
 from providers.local_tts import LocalSpeechProvider

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageFont
 
-from providers.errors import Permanent
 from providers.base import GenerateRequest
+from providers.errors import Permanent
 from providers.local_image import (
     FONT_PATH, LocalImageProvider, card_font, encode_webp, parse_size, render_card, wrap_text,
 )

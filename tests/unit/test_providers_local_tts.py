@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from providers.errors import Permanent, ProviderConfigError
 from providers.base import GenerateRequest, NotFound
+from providers.errors import Permanent, ProviderConfigError
 from providers.local_tts import LocalSpeechProvider, choose_voice, wav_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,9 @@ import redis
 
 from pipeline import dispatch, versions
 from pipeline.core.fingerprint import idempotency_key
-from testkit.system import settle
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import draft, lesson, wait_until
-from testkit.system import kill
+from testkit.system import kill, settle
 
 
 def key(row):

@@ -5,8 +5,8 @@ import pytest
 import redis
 
 from pipeline import db, dispatch, tasks, versions
-from pipeline.db import connect
 from pipeline.core.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
+from pipeline.db import connect
 from testkit.helpers import draft, task_rows, wait_until, work_burst
 
 

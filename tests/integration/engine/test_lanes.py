@@ -9,11 +9,11 @@ import redis
 from rq import Queue, SimpleWorker
 
 from pipeline import db, dispatch, tasks, lanes, review, versions
-from pipeline.db import connect
-from pipeline.tasks import Asset
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
+from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from pipeline.runtime import Runtime
+from pipeline.tasks import Asset
 from testkit.helpers import draft, make_settings, task_rows
 
 DEPTH = {"image": 2, "tts": 2, "bundle": 2}

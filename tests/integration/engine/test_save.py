@@ -5,8 +5,8 @@ import psycopg
 import pytest
 
 from pipeline import db, versions
-from pipeline.db import connect
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from pipeline.db import connect
 from testkit.helpers import draft, make_settings
 
 

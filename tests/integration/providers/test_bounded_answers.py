@@ -7,8 +7,8 @@ import time
 import pytest
 import requests
 
-from providers.errors import Ambiguous
 from providers.base import GenerateRequest
+from providers.errors import Ambiguous
 from providers.registry import ProviderConfig, build_provider
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 

@@ -12,8 +12,8 @@ import pytest
 import requests
 from PIL import Image
 
-from providers.errors import Permanent, ProviderConfigError
 from providers.base import GenerateRequest
+from providers.errors import Permanent, ProviderConfigError
 from providers.openai_http import image_payload, speech_payload
 from providers.registry import ProviderConfig, build_provider
 from testkit.fakeprovider import FakeProviderServer

@@ -13,8 +13,8 @@ import time
 import pytest
 import requests
 
-from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.base import GenerateRequest, Unsupported
+from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.http_classify import parse_retry_after
 from providers.registry import ProviderConfig, build_provider
 from testkit.fakeprovider import Behaviour, Calls, FakeProviderServer
