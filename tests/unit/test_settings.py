@@ -86,3 +86,18 @@ def test_model_options_are_read_only_when_set_and_only_for_their_kind():
 def test_a_base_url_is_https_or_on_this_machine(url):
     cfg = settings.load({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": url, "IMAGE_API_KEY": "k"})
     assert cfg.image.base_url == url
+
+
+def test_a_providers_settings_default_to_the_adapters_own_and_reach_it_whole():
+    from dataclasses import fields
+
+    from pipeline.executor import provider_config
+    from pipeline.settings import ADAPTER, ProviderSettings
+    from providers.registry import ProviderConfig
+    shared = [f.name for f in fields(ProviderConfig) if f.name != "base_url"]
+    assert {name: getattr(ProviderSettings(), name) for name in shared} == {n: getattr(ADAPTER, n) for n in shared}
+    tuned = settings.load({"IMAGE_CONNECT_TIMEOUT": "1.5", "IMAGE_READ_TIMEOUT": "7", "IMAGE_MAX_BYTES": "4096",
+                           "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1",
+                           "IMAGE_API_KEY": "sk-x"}).image
+    assert provider_config(tuned) == ProviderConfig(**{n: getattr(tuned, n) for n in shared},
+                                                    base_url="https://api.example.com/v1")
