@@ -3,7 +3,7 @@
 The stack is `bin/dev`'s (`python -m bin.devstack`: the Procfile's own lines, so RQ worker pools
 of SimpleWorkers sized to the providers' concurrency, the web app, the dispatcher, the
 reconciler) on this script's PostgreSQL and Valkey. The providers are the fake OpenAI-compatible
-HTTP servers of tests/fakeprovider.py, one per kind, answering every call after a fixed latency
+HTTP servers of testkit/fakeprovider, one per kind, answering every call after a fixed latency
 (2 s images, 1 s speech by default) and counting the calls in flight.
 
 1. A lesson of N blocks, limit C calls at a time per provider: save (POST /api/contents) to the
@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import Stack, print_machine, run_main, say, servers, table  # noqa: E402
 from bin.embedded import free_port  # noqa: E402
-from tests.stack import DevStack, descendants, fake_provider, ideal_seconds, lesson, provider_env  # noqa: E402
+from testkit.stack import DevStack, descendants, fake_provider, ideal_seconds, lesson, provider_env  # noqa: E402
 
 
 def smaps(pid: int) -> dict[str, float]:

@@ -2,7 +2,7 @@
 """Wasted paid calls: provider executions per delivered asset under the same fault mix, through our
 pipeline and through a naive RQ pipeline, in one run.
 
-The provider is the fake OpenAI-compatible HTTP server of tests/fakeprovider.py, which counts
+The provider is the fake OpenAI-compatible HTTP server of testkit/fakeprovider, which counts
 executions per idempotency key. Faults, the same for both pipelines:
 * ambiguous read timeouts: each request that reaches the provider is, with probability 10 %
   (seeded, by request number, so both pipelines get the same sequence), executed and then left
@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import (Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
                           wait_workers_idle, worker_argv)
-from tests.fakeprovider import Behaviour, FakeProviderServer  # noqa: E402
-from tests.system import rq_worker_argv  # noqa: E402
+from testkit.fakeprovider import Behaviour, FakeProviderServer  # noqa: E402
+from testkit.system import rq_worker_argv  # noqa: E402
 
 AMBIGUOUS_SHARE = 0.10
 REFUSE_SHARE = 0.10

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Callable, Protocol
 
@@ -57,11 +57,9 @@ class Executor(Protocol):
 
 
 def provider_config(p: ProviderSettings) -> ProviderConfig:
-    extra = {"base_url": p.base_url} if p.base_url else {}
-    return ProviderConfig(backend=p.backend, api_key=p.api_key, model=p.model, size=p.size, voice=p.voice,
-                          options=p.options, honours_idempotency_key=p.honours_idempotency_key,
-                          connect_timeout=p.connect_timeout, read_timeout=p.read_timeout,
-                          call_timeout=p.call_timeout, max_bytes=p.max_bytes, **extra)
+    """The adapter's part of a provider's settings: every field the two records share (the base URL when set)."""
+    shared = {f.name: getattr(p, f.name) for f in fields(ProviderConfig) if f.name != "base_url"}
+    return ProviderConfig(**shared, **({"base_url": p.base_url} if p.base_url else {}))
 
 
 def build_providers(cfg: Settings) -> dict[str, Provider]:

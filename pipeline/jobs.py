@@ -150,7 +150,7 @@ def run_task(task_id: int) -> str:
     job_id = job.id if job else None
     task = _claim(rt, task_id, job_id)
     if task is None:
-        failed = tasks.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id,
+        failed = tasks.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id, by="worker",
                                           last_error=tasks.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
         return "failed" if failed else "skipped"

@@ -22,8 +22,8 @@ from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus
-from pipeline.log import log
 from pipeline.executor import keep_result
+from pipeline.log import log
 from pipeline.settings import Settings
 from providers.base import Found, NotFound, Provider
 
@@ -148,7 +148,7 @@ class Reconciler:
             for row in contents:
                 with self.conn.transaction():
                     moved += len(tasks.supersede_older(self.conn, row["content_id"], row["current_version"],
-                                                       actor=ACTOR, reason="a newer version exists"))
+                                                       actor=ACTOR, by=ACTOR, reason="a newer version exists"))
             report.add("superseded", moved)
             if len(contents) < self.batch or not moved:
                 return
@@ -157,7 +157,7 @@ class Reconciler:
         """Waiting tasks whose deadline passed fail with a dead letter, a batch per transaction."""
         while True:
             due = [row["id"] for row in db.all(self.conn, "reconcile_past_deadline", {"limit": self.batch})]
-            failed = tasks.fail_past_deadline(self.conn, due, actor=ACTOR) if due else []
+            failed = tasks.fail_past_deadline(self.conn, due, actor=ACTOR, by=ACTOR) if due else []
             report.add("deadline_failed", len(failed))
             if len(due) < self.batch or not failed:
                 return

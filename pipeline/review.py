@@ -3,23 +3,23 @@
 Each action is one short transaction around a guarded UPDATE (`... WHERE <expected
 state> RETURNING`): zero rows means someone else changed the row first, and the
 action raises `Conflict` having written nothing. Every action writes an event
-naming the person (the API key's owner). The decision parts (`delivery_blockers`)
-are pure functions of rows. This module knows nothing of HTTP.
+naming the person (the API key's owner). What blocks a delivery is decided in
+`pipeline.core.delivery` (pure). This module knows nothing of HTTP.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import bundle, db, lanes, versions
+from pipeline import bundle, db, lanes, tasks, versions
+from pipeline.core.delivery import delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
+from pipeline.core.states import TaskStatus, check_transition
 from pipeline.settings import Settings
-from pipeline.core.states import PENDING, TaskStatus, check_transition
 
 # Who an API key's holder acts as in the state machine (pipeline.core.states.TRANSITIONS).
 EDITOR = "editor"
@@ -44,23 +44,6 @@ class Reopened:
     max_attempts: int
     deadline_at: datetime
     outbox_ids: tuple[int, ...] = ()     # the caller may send these at once (fast path)
-
-
-@dataclass(frozen=True)
-class Blockers:
-    """Why a version cannot be delivered; empty when it can."""
-
-    version: int | None
-    not_approved: bool = False
-    pending: tuple[int, ...] = ()
-    unknown: tuple[int, ...] = ()
-    failed: tuple[int, ...] = ()
-    cancelled: tuple[int, ...] = ()     # superseded or cancelled: this version will never complete
-    reasons: tuple[str, ...] = field(default=())
-
-    def as_dict(self) -> dict:
-        return {"version": self.version, "reasons": list(self.reasons), "pending": list(self.pending),
-                "unknown": list(self.unknown), "failed": list(self.failed), "cancelled": list(self.cancelled)}
 
 
 def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_status: str | None,
@@ -129,9 +112,8 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
             raise Conflict(f"version {task['version']} was cancelled; save a new version to run it again",
                            code="version_cancelled")
         dead = db.one(conn, "dead_letters_take", {"task_id": task_id})
-        row = db.one(conn, "tasks_manual_retry", {"task_id": task_id, "from_status": task["status"],
-                                                  "budget": cfg.max_attempts,
-                                                  "deadline_seconds": cfg.deadline_seconds})
+        row = tasks.reopen(conn, task_id, task["status"], budget=cfg.max_attempts,
+                           deadline_seconds=cfg.deadline_seconds)
         if row is None:
             raise Conflict(f"task {task_id} changed while retrying; reload and try again", code="stale")
         action, reason = (("duplicate_risk_accepted", "retry accepted with the risk of a duplicate charge")
@@ -155,31 +137,12 @@ def resolve_failed(conn: psycopg.Connection, task_id: int, note: str, *, actor: 
     """An editor closes an `unknown` task as failed (e.g. after checking the vendor's dashboard)."""
     with conn.transaction():
         _task_for_action(conn, task_id, TaskStatus.FAILED)
-        row = db.one(conn, "tasks_resolve_failed", {"task_id": task_id, "last_error": f"resolved: {note}"[:2000]})
+        row = tasks.resolve_failed(conn, task_id, f"resolved: {note}")
         if row is None:
             raise Conflict(f"task {task_id} changed while resolving; reload and try again", code="stale")
         _event(conn, row, "resolved_failed", actor=actor, from_status="unknown", to_status="failed",
                reason=note[:2000], task_id=task_id)
     return row
-
-
-def delivery_blockers(approved_version: int | None, current_version: int, tasks: Iterable[dict]) -> Blockers:
-    """Why the approved version (or, with none approved, the current one) cannot be delivered. Pure."""
-    groups: dict[str, list[int]] = {"pending": [], "unknown": [], "failed": [], "cancelled": []}
-    for task in tasks:
-        status = TaskStatus(task["status"])
-        if status in PENDING:
-            groups["pending"].append(task["id"])
-        elif status is TaskStatus.UNKNOWN:
-            groups["unknown"].append(task["id"])
-        elif status is TaskStatus.FAILED:
-            groups["failed"].append(task["id"])
-        elif status is not TaskStatus.SUCCEEDED:
-            groups["cancelled"].append(task["id"])
-    reasons = (["not_approved"] if approved_version is None else []) + [k for k, ids in groups.items() if ids]
-    return Blockers(approved_version or current_version or None, approved_version is None,
-                    *(tuple(groups[k]) for k in ("pending", "unknown", "failed", "cancelled")),
-                    reasons=tuple(reasons))
 
 
 def delivery(conn: psycopg.Connection, content_id: int) -> dict:
@@ -192,11 +155,11 @@ def delivery(conn: psycopg.Connection, content_id: int) -> dict:
         if content is None:
             raise NotFound(f"content {content_id} does not exist")
         version = content["approved_version"] or content["current_version"]
-        tasks = db.all(conn, "tasks_of_version", {"content_id": content_id, "version": version})
-        blockers = delivery_blockers(content["approved_version"], content["current_version"], tasks)
+        rows = db.all(conn, "tasks_of_version", {"content_id": content_id, "version": version})
+        blockers = delivery_blockers(content["approved_version"], content["current_version"], rows)
         if blockers.reasons:
             raise Conflict(f"content {content_id} cannot be delivered yet: {', '.join(blockers.reasons)}",
                            code="not_deliverable", details=blockers.as_dict())
         doc = bundle.manifest(conn, content_id, version)
-    package = next(t for t in tasks if t["kind"] == "bundle")
+    package = next(t for t in rows if t["kind"] == "bundle")
     return {**doc, "approved": True, "bundle": {"sha256": package["asset_sha256"]}}

@@ -24,6 +24,7 @@ import redis
 from pipeline.db import connect
 from pipeline.settings import Settings, load, session_options
 from pipeline.executor import Executor
+from pipeline.settings import Settings, load
 
 
 @dataclass

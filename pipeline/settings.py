@@ -16,35 +16,39 @@ from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from pipeline.core.errors import ConfigError
+from providers.registry import ProviderConfig
 from providers.urls import UnsafeBaseURL, check_scheme
 
 ROOT = Path(__file__).resolve().parent.parent
+ADAPTER = ProviderConfig()   # the adapters' own defaults (providers/registry.py), the one place they are set
 
 
 @dataclass(frozen=True)
 class ProviderSettings:
-    """One provider's settings (IMAGE_* or TTS_*).
+    """One provider's settings (IMAGE_* or TTS_*): the adapter's (`ProviderConfig`, whose defaults
+    these are) and the pipeline's own (limits, cost, budget).
 
     `model`, `size` and `voice` left empty take the chosen backend's own default
     (`BACKEND_DEFAULTS`), never another backend's. `options` holds the model
     options that are set (quality, output_format, background for images;
-    instructions for speech); they are part of every input fingerprint.
+    instructions for speech); they are part of every input fingerprint. `base_url`
+    is empty until set: the openai backend needs one (no URL is assumed).
     """
 
-    backend: str = "local"
+    backend: str = ADAPTER.backend
     base_url: str = ""
-    api_key: str = field(default="", repr=False)
-    model: str = ""
-    size: str = ""
-    voice: str = ""
-    options: tuple[tuple[str, str], ...] = ()
-    honours_idempotency_key: bool = False
+    api_key: str = field(default=ADAPTER.api_key, repr=False)
+    model: str = ADAPTER.model
+    size: str = ADAPTER.size
+    voice: str = ADAPTER.voice
+    options: tuple[tuple[str, str], ...] = ADAPTER.options
+    honours_idempotency_key: bool = ADAPTER.honours_idempotency_key
     max_concurrency: int = 4
     rate_per_minute: int = 600
-    connect_timeout: float = 5.0
-    read_timeout: float = 60.0
-    call_timeout: float = 180.0
-    max_bytes: int = 32 * 1024 * 1024
+    connect_timeout: float = ADAPTER.connect_timeout
+    read_timeout: float = ADAPTER.read_timeout
+    call_timeout: float = ADAPTER.call_timeout
+    max_bytes: int = ADAPTER.max_bytes
     cost_per_call: float = 0.0
     daily_budget: float | None = None      # spend limit per UTC day, in the unit of cost_per_call
 

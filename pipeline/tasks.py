@@ -1,12 +1,16 @@
-"""A task row's life outside the save: claim, heartbeat, the input hold, and `apply`.
+"""Every change of a task's status, each one function here and one query in tasks.sql.
 
 `apply` is the one place a decision (`pipeline.core.outcome.Outcome`) is written, for a
 worker leaving `running` and for the reconciler alike: the task row by one guarded UPDATE
 (`tasks_move`), the asset and its input, the input hold, the dependents it unblocks, the
-retry's outbox row, the dead letter, and the event, each move checked against the
-transition table first. A worker's exit is fenced by its lease token: zero rows means it
-no longer holds the lease, and it raises `LeaseLost` having written nothing but a paid
-result. Each function is one short transaction; none is open while the work itself runs.
+retry's outbox row, the dead letter, and the event. A worker's exit is fenced by its lease
+token: zero rows means it no longer holds the lease, and it raises `LeaseLost` having
+written nothing but a paid result. The other moves are set-based and each has its function:
+the claim, the deadline, superseding, and an editor's cancel, reopen and resolve (whose
+rules `pipeline.review` and `pipeline.versions` check). Every function checks its moves
+against the transition table (`core.states.TRANSITIONS`) before it writes. Besides, the
+heartbeat and the input hold. Each function is one short transaction, or runs in its
+caller's; none is open while the work itself runs.
 """
 
 from __future__ import annotations
@@ -25,10 +29,17 @@ from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset, Task
-from pipeline.core.states import TaskStatus, check_transition
+from pipeline.core.states import UNFINISHED, TaskStatus, check_transition
 from pipeline.settings import Settings
 
+S = TaskStatus
 DEADLINE_BEFORE_CLAIM = "deadline passed before the task could run"
+
+
+def _may(froms: frozenset[TaskStatus] | tuple[TaskStatus, ...], to: TaskStatus, by: str) -> None:
+    """StaleTransition unless `by` may move a task from each of `froms` to `to` (a set-based move's rule)."""
+    for status in froms:
+        check_transition(status, to, by)
 
 
 def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
@@ -37,6 +48,7 @@ def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds:
 
     The attempt ends at the latest `attempt_seconds` after the claim, or at the task's deadline.
     """
+    _may((S.READY, S.RETRY), S.RUNNING, "worker")
     with conn.transaction():
         row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
                                            "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
@@ -44,20 +56,54 @@ def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds:
     return Task.from_row(row) if row else None
 
 
-def fail_past_deadline(conn: psycopg.Connection, task_ids: list[int], *, actor: str,
+def fail_past_deadline(conn: psycopg.Connection, task_ids: list[int], *, actor: str, by: str,
                        last_error: str = "deadline passed") -> list[int]:
-    """Fail those of these waiting tasks whose deadline passed, each with a dead letter; the ids that failed."""
+    """Fail those of these waiting tasks whose deadline passed, each with a dead letter; the ids that failed.
+
+    `by`: "worker" (its claim found the task past its deadline) or "reconciler".
+    """
+    _may((S.READY, S.RETRY), S.FAILED, by)
     with conn.transaction():
         rows = db.all(conn, "tasks_fail_past_deadline", {"ids": task_ids, "actor": actor, "last_error": last_error})
     return [row["id"] for row in rows]
 
 
-def supersede_older(conn: psycopg.Connection, content_id: int, version: int, *, actor: str, reason: str) -> list[int]:
+def supersede_older(conn: psycopg.Connection, content_id: int, version: int, *, actor: str, by: str,
+                    reason: str) -> list[int]:
     """Every unfinished task of the content's versions before `version` becomes superseded (in the caller's
-    transaction); a running one loses its lease, so its worker's fenced exit matches nothing."""
+    transaction); a running one loses its lease, so its worker's fenced exit matches nothing.
+
+    `by`: "save" (a new version) or "reconciler" (its sweep).
+    """
+    _may(UNFINISHED, S.SUPERSEDED, by)
     rows = db.all(conn, "tasks_supersede_older", {"content_id": content_id, "version": version, "actor": actor,
                                                   "reason": reason})
     return [row["task_id"] for row in rows]
+
+
+def cancel_waiting(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> list[int]:
+    """An editor cancelled the version: its waiting tasks (ready, retry, unknown) are cancelled now, their unsent
+    messages dropped (in the caller's transaction); a running one is cancelled by its worker or lease expiry."""
+    _may((S.READY, S.RETRY, S.UNKNOWN), S.CANCELLED, "editor")
+    rows = db.all(conn, "tasks_cancel_waiting", {"content_id": content_id, "version": version, "actor": actor})
+    return [row["task_id"] for row in rows]
+
+
+def reopen(conn: psycopg.Connection, task_id: int, from_status: str, *, budget: int,
+           deadline_seconds: float) -> dict | None:
+    """An editor sends a failed or unknown task of the current, uncancelled version back to `ready`, with `budget`
+    more attempts and a deadline at least `deadline_seconds` away (in the caller's transaction, which writes the
+    event); None when the task is no longer as the editor saw it."""
+    check_transition(from_status, S.READY, "editor")
+    return db.one(conn, "tasks_manual_retry", {"task_id": task_id, "from_status": from_status, "budget": budget,
+                                               "deadline_seconds": deadline_seconds})
+
+
+def resolve_failed(conn: psycopg.Connection, task_id: int, last_error: str) -> dict | None:
+    """An editor closes an `unknown` task as failed, with a dead letter (in the caller's transaction, which writes
+    the event); None when the task is no longer unknown."""
+    check_transition(S.UNKNOWN, S.FAILED, "editor")
+    return db.one(conn, "tasks_resolve_failed", {"task_id": task_id, "last_error": last_error[:2000]})
 
 
 @dataclass(frozen=True)

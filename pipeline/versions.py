@@ -109,7 +109,8 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
         "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id,
         "lane": lane})
-    superseded = tasks.supersede_older(conn, content_id, number, actor=actor, reason=f"superseded by version {number}")
+    superseded = tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
+                                       reason=f"superseded by version {number}")
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
     if key_id is not None:
         _admit_key(conn, cfg, key_id)
@@ -183,5 +184,5 @@ def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: st
             raise Conflict(f"version {version} is {state.replace('_', ' ')}: nothing is left to cancel, and nothing "
                            "was changed", code="nothing_to_cancel")
         db.execute(conn, "versions_request_cancel", {"content_id": content_id, "version": version, "actor": actor})
-        moved = db.all(conn, "tasks_cancel_waiting", {"content_id": content_id, "version": version, "actor": actor})
+        moved = tasks.cancel_waiting(conn, content_id, version, actor=actor)
     return len(moved)

@@ -32,7 +32,7 @@ class ProviderConfig:
     voice: str = ""
     options: tuple[tuple[str, str], ...] = ()
     honours_idempotency_key: bool = False
-    connect_timeout: float = 3.05
+    connect_timeout: float = 5.0
     read_timeout: float = 60.0
     call_timeout: float = 180.0
     max_bytes: int = 32 * 1024 * 1024

@@ -1,4 +1,10 @@
-"""Test servers: real PostgreSQL and Redis for the whole session.
+"""Test servers: real PostgreSQL and Redis for the whole session, started only if a test asks.
+
+Tests are sorted by kind: `tests/unit` need no server, `tests/integration` use the real
+PostgreSQL and Redis started here (and in-process workers or local HTTP fakes), and
+`tests/acceptance` drive the system as a user does (HTTP, worker processes, a browser, the
+fault matrix, the soak). Shared tools live in the `testkit` package (bin/soak and bench/ use
+it too).
 
 Unless DATABASE_URL / REDIS_URL name servers to use, the session starts embedded
 ones on free ports in a temporary directory. The schema is migrated once into a
@@ -26,6 +32,7 @@ from bin.embedded import Postgres, S3Server, Valkey, free_port
 from pipeline import migrations, settings
 
 TEMPLATE = "mediapipe_template"
+pytest_plugins = ["testkit.webapp"]   # the web app's fixtures, for integration and acceptance tests
 
 
 def pytest_addoption(parser):

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the HTTP API, served at /api/openapi.json.
 
-Kept true by tests/web/test_openapi.py: every route of the api, media, metrics and
+Kept true by tests/integration/web/test_openapi.py: every route of the api, media, metrics and
 health blueprints is described here with its methods, and nothing else is.
 """
 

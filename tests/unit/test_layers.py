@@ -108,3 +108,30 @@ def test_the_web_asks_the_pipeline_for_receipts_and_media():
     for path in files("web"):
         direct = sorted(m for m in imports_of(path) if m.split(".")[0] in ("receipts", "providers"))
         assert not direct, f"{path.relative_to(ROOT)} imports {direct[0]}: web/ asks pipeline/"
+
+
+@pytest.mark.parametrize("folder", ["bin", "bench", "testkit"])
+def test_commands_benchmarks_and_the_test_kit_never_reach_into_the_tests(folder):
+    scripts = [p for p in (ROOT / folder).iterdir() if p.is_file() and not p.suffix
+               and p.read_bytes()[:2] == b"#!" and b"python" in p.read_bytes()[:100]]
+    for path in files(folder) + scripts:
+        into = sorted(m for m in imports_of(path) if m.split(".")[0] == "tests")
+        assert not into, f"{path.relative_to(ROOT)} imports {into[0]}: shared tools live in testkit/"
+
+
+def test_tests_are_sorted_by_kind():
+    kinds = {"unit", "integration", "acceptance"}
+    assert kinds <= {p.name for p in (ROOT / "tests").iterdir() if p.is_dir()}
+    strays = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                    if p.relative_to(ROOT / "tests").parts[0] not in kinds)
+    assert not strays, f"tests outside tests/unit, tests/integration, tests/acceptance: {strays}"
+
+
+def test_unit_tests_ask_for_no_server():
+    servers = {"database_url", "empty_database_url", "redis_url", "servers", "conn", "cfg", "rt", "app", "api",
+               "work", "tokens", "fake", "system", "stack", "make_stack"}
+    for path in files("tests/unit"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                asked = {a.arg for a in node.args.args} & servers
+                assert not asked, f"{path.relative_to(ROOT)}::{node.name} asks for {sorted(asked)}: not a unit test"

@@ -1,0 +1,100 @@
+"""Shared test tools: settings for a test's servers, a controllable executor, waiting on conditions."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import redis
+from rq import Queue, SimpleWorker
+
+from pipeline import runtime, settings
+from pipeline.core.content import parse_draft
+from pipeline.core.errors import PipelineError
+from pipeline.db import connect
+from pipeline.lanes import ALL_QUEUES
+from pipeline.tasks import Asset, Task
+from receipts.media import MediaStore
+
+
+def make_settings(database_url: str, redis_url: str, media_dir: Path, **env: str) -> settings.Settings:
+    base = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
+            "LEASE_SECONDS": "5", "HEARTBEAT_SECONDS": "1", "BACKOFF_BASE_SECONDS": "0.2",
+            "BACKOFF_CAP_SECONDS": "1", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2"}
+    return settings.load({**base, **env})
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 20.0, interval: float = 0.05,
+               message: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} did not hold within {timeout} s")
+        time.sleep(interval)
+
+
+def lesson(n: int = 3, *, title: str = "校园生活", locale: str = "zh-CN", prefix: str = "") -> dict:
+    return {"title": title, "locale": locale,
+            "blocks": [{"key": f"b{i}", "text": f"{prefix}第{i}段：我们在学校学习。"} for i in range(1, n + 1)]}
+
+
+def draft(n: int = 3, **kw):
+    return parse_draft(lesson(n, **kw))
+
+
+@dataclass
+class ControlledExecutor:
+    """Does the work the test scripts: per task id a list of actions, consumed in order.
+
+    An action is "ok", an exception instance to raise, or a threading.Event to wait on before succeeding.
+    Unscripted tasks succeed. Successful work stores real bytes in the media store.
+    """
+
+    store: MediaStore
+    script: dict[int, list] = field(default_factory=dict)
+    calls: list[int] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def execute(self, task: Task, ctx) -> Asset:
+        with self._lock:
+            self.calls.append(task.id)
+            actions = self.script.get(task.id, [])
+            action = actions.pop(0) if actions else "ok"
+        if isinstance(action, threading.Event):
+            action.wait(30)
+        elif isinstance(action, BaseException):
+            raise action
+        elif callable(action):
+            action(task, ctx)
+        data = f"{task.kind}:{task.fingerprint}".encode()
+        sha = self.store.put(data)
+        return Asset(sha, "application/octet-stream", len(data))
+
+
+def work_burst(rt: runtime.Runtime, queues=ALL_QUEUES) -> None:
+    """Drain the queues (both lanes, interactive first) with RQ's SimpleWorker in this process, using `rt`."""
+    runtime.install(rt)
+    conn = redis.Redis.from_url(rt.settings.redis_url)
+    SimpleWorker([Queue(q, connection=conn) for q in queues], connection=conn).work(
+        burst=True, logging_level="WARNING", with_scheduler=False)
+
+
+def task_rows(database_url: str, content_id: int | None = None) -> list[dict]:
+    with connect(database_url) as conn:
+        if content_id is None:
+            return conn.execute("SELECT * FROM tasks ORDER BY id").fetchall()
+        return conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (content_id,)).fetchall()
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+__all__ = ["PipelineError"]

@@ -1,0 +1,189 @@
+"""A running system for process-level tests: real `rq worker` processes, the dispatcher and
+reconciler as the bin/ commands, the fake provider server, the test's PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import requests
+
+from pipeline import settings as settings_mod
+from pipeline.db import connect
+from pipeline.lanes import worker_queues
+from testkit.helpers import wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rq_worker_argv(kind: str, redis_url: str) -> list[str]:
+    """RQ's stock command line for one worker of a kind (what each process of the Procfile's pool runs):
+    our SimpleWorker class, its queues in priority order, the interactive lane first."""
+    return ["-m", "rq.cli", "worker", "--quiet", "-w", "bin.worker.Worker", "--url", redis_url,
+            *worker_queues(kind)]
+
+
+def _die_with_pytest() -> None:
+    # whatever happens to the test run, its worker processes do not outlive it
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class System:
+    env: dict[str, str]
+    logs: Path
+    workers: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def cfg(self) -> settings_mod.Settings:
+        return settings_mod.load(self.env)
+
+    def with_env(self, **env: str) -> "System":
+        """The same system with other settings; its workers are stopped with this one's."""
+        return System({**self.env, **env}, self.logs, self.workers)
+
+    def db(self) -> psycopg.Connection:
+        return connect(self.env["DATABASE_URL"], autocommit=True)
+
+    def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
+        log = open(self.logs / f"{name}-{len(self.workers)}.log", "ab")
+        env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
+        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_pytest)
+
+    def start_worker(self, queue: str) -> subprocess.Popen:
+        proc = self._spawn(rq_worker_argv(queue, self.env["REDIS_URL"]), f"worker-{queue}")
+        self.workers.append(proc)
+        return proc
+
+    def run(self, command: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, str(ROOT / "bin" / command), *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def dispatch(self) -> str:
+        result = self.run("dispatch", "--once")
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def reconcile(self) -> subprocess.CompletedProcess:
+        result = self.run("reconcile", "--once")
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    def stop(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+        for proc in self.workers:
+            proc.wait(10)
+
+    def save_lesson(self, blocks: int = 1, prefix: str = "") -> tuple[int, int]:
+        """Save a lesson through the engine (no web): its content id and its first image task's id."""
+        from pipeline import versions
+        from pipeline.core.content import parse_draft
+        from testkit.helpers import lesson
+
+        with self.db() as conn:
+            saved = versions.save(conn, parse_draft(lesson(blocks, prefix=prefix)), self.cfg, actor="e")
+            image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image' ORDER BY id LIMIT 1",
+                                 (saved.content_id,)).fetchone()
+        return saved.content_id, image["id"]
+
+    def task(self, task_id: int) -> dict:
+        with self.db() as conn:
+            return conn.execute("SELECT * FROM tasks WHERE id = %s", (task_id,)).fetchone()
+
+    def wait_status(self, task_id: int, *statuses: str, timeout: float = 30) -> dict:
+        return wait_until(lambda: (row := self.task(task_id))["status"] in statuses and row, timeout=timeout,
+                          message=f"task {task_id} reaching {statuses}")
+
+    @contextmanager
+    def holding(self, sql: str, *params):
+        """Hold a lock (taken by `sql`) in an open transaction until the block ends, then roll back."""
+        with self.db() as blocker:
+            blocker.execute("BEGIN")
+            blocker.execute(sql, params or None)
+            try:
+                yield blocker
+            finally:
+                blocker.execute("ROLLBACK")
+
+    def waiting_on_lock(self, timeout: float = 20) -> None:
+        """Until some other session waits on a lock (a worker we blocked on purpose)."""
+        def waiting():
+            with self.db() as conn:
+                return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                    "AND datname = current_database()").fetchone()["n"]
+        wait_until(waiting, timeout=timeout, message="a session waiting on a lock")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def drain(system: System, content_id: int, timeout: float = 60, done=("succeeded", "failed", "unknown",
+                                                                       "superseded", "cancelled")) -> list[dict]:
+    """Dispatch and reconcile until every task of the content is terminal or unknown."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with system.db() as conn:
+            rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (content_id,)).fetchall()
+        if all(r["status"] in done for r in rows):
+            return rows
+        if time.monotonic() > deadline:
+            raise AssertionError(f"tasks not finished: {[(r['id'], r['status']) for r in rows]}")
+        system.dispatch()
+        system.reconcile()
+        time.sleep(0.3)
+
+
+class Stack:
+    """The whole system as processes: gunicorn web, workers, dispatcher, reconciler loop, own Redis."""
+
+    def __init__(self, system, valkey, port: int, token: str):
+        self.system, self.valkey, self.port, self.token = system, valkey, port, token
+        self.session = requests.Session()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def api(self, method: str, path: str, body=None, **headers) -> requests.Response:
+        return self.session.request(method, self.url + path, json=body, timeout=10,
+                                    headers={"X-API-Key": self.token, **headers})
+
+    @staticmethod
+    def system_root():
+        return ROOT
+
+    def save(self, body) -> dict:
+        response = self.api("POST", "/api/contents", body)
+        assert response.status_code == 202, response.text
+        return response.json()
+
+
+def spawn(system, argv, name):
+    proc = system._spawn(argv, name)
+    system.workers.append(proc)
+    return proc
+
+
+def settle(stack: Stack, content_id: int, timeout: float = 60, done=("succeeded", "failed", "unknown",
+                                                                      "superseded", "cancelled")) -> list[dict]:
+    """Wait (the stack's own dispatcher and reconciler run) until every task of the content is settled."""
+    def rows():
+        with stack.system.db() as conn:
+            found = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (content_id,)).fetchall()
+        return found if found and all(r["status"] in done for r in found) else None
+    return wait_until(rows, timeout=timeout, interval=0.2, message=f"content {content_id} settling")

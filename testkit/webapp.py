@@ -1,0 +1,117 @@
+"""Pytest fixtures for the web app: an app on this test's database, keys per role, and in-process work.
+
+A plugin of the test suite (tests/conftest.py `pytest_plugins`), so the integration tests of the
+web and the acceptance tests that drive it over HTTP share one definition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Queue
+
+from pipeline import dispatch, keys, runtime
+from pipeline.db import connect
+from pipeline.lanes import ALL_QUEUES
+from receipts.media import MediaStore
+from testkit.helpers import ControlledExecutor, lesson, work_burst
+from web import create_app
+
+TEST_SECRET = "test-only-secret-key-0123456789abcdefghij"
+TEST_ENV = {"SECRET_KEY": TEST_SECRET, "DEMO_MODE": "true", "LEASE_SECONDS": "5",
+            "HEARTBEAT_SECONDS": "1", "BACKOFF_BASE_SECONDS": "0.2", "BACKOFF_CAP_SECONDS": "1",
+            "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2"}
+
+
+def make_app(database_url: str, redis_url: str, media_dir: Path, **env: str):
+    app = create_app({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
+                      **TEST_ENV, **env})
+    app.config["TESTING"] = True
+    return app
+
+
+@pytest.fixture
+def media_dir(tmp_path):
+    return tmp_path / "media"
+
+
+@pytest.fixture
+def app(database_url, redis_url, media_dir):
+    return make_app(database_url, redis_url, media_dir)
+
+
+@pytest.fixture
+def conn(database_url):
+    with connect(database_url, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def tokens(conn) -> dict[str, str]:
+    """One live key per role, named after the role's holder."""
+    return {role: keys.create(conn, f"{role}@example.com", role)[1] for role in keys.ROLES}
+
+
+@dataclass
+class Api:
+    """The test client with an API key per call; `as_` picks the role."""
+
+    client: object
+    tokens: dict[str, str]
+
+    def call(self, method: str, path: str, *, role: str | None = "admin", **kw):
+        headers = dict(kw.pop("headers", {}) or {})
+        if role:
+            headers["X-API-Key"] = self.tokens[role]
+        return self.client.open(path, method=method, headers=headers, **kw)
+
+    def get(self, path: str, **kw):
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, **kw):
+        return self.call("POST", path, **kw)
+
+    def put(self, path: str, **kw):
+        return self.call("PUT", path, **kw)
+
+    def create(self, n: int = 2, **kw) -> dict:
+        response = self.post("/api/contents", json=lesson(n), role="editor", **kw)
+        assert response.status_code == 202, response.json
+        return response.json
+
+
+@pytest.fixture
+def api(app, tokens):
+    return Api(app.test_client(), tokens)
+
+
+@dataclass
+class Work:
+    """Runs queued tasks in this process with RQ's SimpleWorker and a scripted executor."""
+
+    settings: object
+    executor: ControlledExecutor
+    rt: runtime.Runtime
+
+    def send(self) -> int:
+        with connect(self.settings.database_url, autocommit=True) as c:
+            return dispatch.send_due(c, redis.Redis.from_url(self.settings.redis_url), claim_seconds=2)
+
+    def until_idle(self, rounds: int = 5) -> None:
+        """Send what is due and run it, until nothing is due (a retry waits for its time)."""
+        for _ in range(rounds):
+            queued = sum(len(Queue(q, connection=self.rt.redis)) for q in ALL_QUEUES)
+            if not self.send() and not queued:
+                return
+            work_burst(self.rt)
+
+
+@pytest.fixture
+def work(app, media_dir):
+    cfg = app.config["SETTINGS"]
+    executor = ControlledExecutor(MediaStore(media_dir))
+    rt = runtime.Runtime(cfg, executor, worker_id="test-worker")
+    yield Work(cfg, executor, rt)
+    runtime.install(None)

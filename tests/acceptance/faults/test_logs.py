@@ -1,0 +1,36 @@
+"""A worker's log lines name the task, the lease and the attempt they are about."""
+
+from __future__ import annotations
+
+import json
+
+from pipeline import versions
+from pipeline.core.content import parse_draft
+from testkit.fakeprovider import Behaviour
+from testkit.helpers import lesson
+
+
+def test_every_job_log_line_carries_the_task_the_lease_and_the_attempt(system, fake):
+    # given: an image whose call is refused for good (400) and a narration that succeeds
+    fake.script(Behaviour.fail(400, endpoint="image"))
+    system.start_worker("image"), system.start_worker("tts")
+    with system.db() as conn:
+        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        tasks = {r["kind"]: r for r in conn.execute("SELECT id, kind::text FROM tasks WHERE content_id = %s",
+                                                      (saved.content_id,))}
+    system.dispatch()
+    system.wait_status(tasks["image"]["id"], "failed", timeout=30)
+    system.wait_status(tasks["tts"]["id"], "succeeded", timeout=30)
+    with system.db() as conn:
+        leases = {r["id"]: str(r["lease_token"]) for r in conn.execute(
+            "SELECT task_id AS id, lease_token FROM events WHERE to_status = 'running' AND content_id = %s",
+            (saved.content_id,))}
+    # then: every line about a job names its task, its lease and its attempt, and a failure its error class
+    lines = [json.loads(line) for path in system.logs.glob("worker-*.log")
+             for line in path.read_text().splitlines() if line.startswith("{")]
+    about = [line for line in lines if line.get("event") in ("job_start", "job_end", "attempt_failed")]
+    assert {line["event"] for line in about} == {"job_start", "job_end", "attempt_failed"}
+    for line in about:
+        assert line["lease_token"] == leases[line["task_id"]] and line["attempt"] == 1, line
+    failed = next(line for line in about if line["event"] == "attempt_failed")
+    assert (failed["task_id"], failed["error"], failed["status"]) == (tasks["image"]["id"], "Permanent", "failed")

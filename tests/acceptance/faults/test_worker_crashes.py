@@ -1,0 +1,134 @@
+"""A real `rq worker` killed with SIGKILL at each point of a task's life, then the reconciler."""
+
+import signal
+
+from pipeline import versions
+from pipeline.core.fingerprint import idempotency_key
+from receipts.calls import ReceiptBook
+from testkit.fakeprovider import Behaviour
+from testkit.helpers import draft, wait_until
+from testkit.system import drain, kill
+
+
+def save_one_block(system):
+    with system.db() as conn:
+        saved = versions.save(conn, draft(1), system.cfg, actor="editor")
+        rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (saved.content_id,)).fetchall()
+    return saved, rows  # image, tts, bundle
+
+
+def worker_in_the_middle_of_an_image_call(system, fake):
+    """A real image worker whose provider call the fake holds open until `fake.release()`."""
+    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
+    worker = system.start_worker("image")
+    system.dispatch()
+    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    return worker
+
+
+def key_of(row):
+    return idempotency_key(row["fingerprint"], row["id"])
+
+
+def test_a_lesson_runs_through_real_worker_processes_with_one_call_per_task(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    for queue in ("image", "tts", "bundle"):
+        system.start_worker(queue)
+    rows = drain(system, saved.content_id)
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    assert fake.calls_for(key_of(image)).executions == 1 and fake.calls_for(key_of(tts)).executions == 1
+
+
+def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    system.dispatch()
+    # given a worker stuck right before its claim (the tasks table is locked)
+    with system.holding("LOCK TABLE tasks IN EXCLUSIVE MODE"):
+        worker = system.start_worker("image")
+        system.waiting_on_lock()
+        # when it is killed there, with the message already taken from Redis
+        kill(worker)
+    assert system.task(image["id"])["attempts"] == 0
+    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
+    rows = drain(system, saved.content_id)
+    # then the reconciler re-sent it, and the provider ran it once
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    with system.db() as conn:
+        sent = conn.execute("SELECT count(*) AS n FROM outbox WHERE task_id = %s AND sent_at IS NOT NULL",
+                            (image["id"],)).fetchone()["n"]
+    assert sent == 2   # dispatches and attempts are separate numbers
+    assert fake.calls_for(key_of(image)).requests == 1
+
+
+def test_killed_after_its_claim_before_the_intent_the_task_is_retried_and_called_once(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    with system.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):   # holds the worker before the call
+        worker = system.start_worker("image")
+        system.dispatch()
+        system.wait_status(image["id"], "running")
+        system.waiting_on_lock()
+        kill(worker)
+    assert ReceiptBook(system.cfg.media_dir).intent(image["id"], 1) is None
+    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
+    rows = drain(system, saved.content_id)
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    assert system.task(image["id"])["attempts"] == 2
+    assert fake.calls_for(key_of(image)).requests == 1
+
+
+def test_killed_after_the_intent_without_a_lookup_the_task_becomes_unknown_and_is_not_called_again(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    worker = worker_in_the_middle_of_an_image_call(system, fake)
+    kill(worker)
+    fake.release()
+    assert ReceiptBook(system.cfg.media_dir).intent(image["id"], 1) is not None
+    row = wait_until(lambda: system.reconcile() and (r := system.task(image["id"]))["status"] != "running" and r,
+                     timeout=30, message="the reconciler deciding")
+    assert row["status"] == "unknown" and "outcome is unknown" in row["last_error"]
+    for _ in range(3):
+        system.reconcile(), system.dispatch()
+    assert system.task(image["id"])["status"] == "unknown"
+    assert fake.calls_for(key_of(image)).requests == 1
+
+
+def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    worker = worker_in_the_middle_of_an_image_call(system, fake)
+    book = ReceiptBook(system.cfg.media_dir)
+    with system.holding("SELECT * FROM tasks WHERE id = %s FOR UPDATE", image["id"]):  # holds the commit
+        fake.release()
+        wait_until(lambda: book.result(image["id"], 1), message="the result receipt")
+        system.waiting_on_lock()
+        kill(worker)
+    receipt = book.result(image["id"], 1)
+    assert system.task(image["id"])["status"] == "running"
+    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
+    drain(system, saved.content_id)
+    row = system.task(image["id"])
+    assert (row["status"], row["asset_sha256"], row["attempts"]) == ("succeeded", receipt.sha256, 1)
+    with system.db() as conn:
+        actions = [e["action"] for e in conn.execute("SELECT action FROM events WHERE task_id = %s ORDER BY id",
+                                                     (image["id"],))]
+    assert actions[-1] == "recovered_from_receipt"
+    assert fake.calls_for(key_of(image)).requests == 1
+
+
+def test_a_stalled_worker_that_resumes_after_a_takeover_writes_nothing(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    with system.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):
+        stale = system.start_worker("image")
+        system.dispatch()
+        system.wait_status(image["id"], "running")
+        system.waiting_on_lock()
+        stale.send_signal(signal.SIGSTOP)
+    # the lease expires, the reconciler retries the task and another worker completes it
+    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
+    drain(system, saved.content_id)
+    done = system.task(image["id"])
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    stale.send_signal(signal.SIGCONT)
+    wait_until(lambda: "lease_lost_nothing_written" in "".join(
+        p.read_text() for p in system.logs.glob("worker-image-*.log")), message="the stale worker's refusal")
+    after = system.task(image["id"])
+    assert (after["status"], after["asset_sha256"], after["attempts"]) == ("succeeded", done["asset_sha256"], 2)
+    assert fake.calls_for(key_of(image)).requests == 1

@@ -1,0 +1,137 @@
+"""A user's path through the UI in headless Chromium: sign in, create a lesson, watch it complete,
+hear that the narration has a duration, approve, download the delivery.
+
+Real pieces throughout: the app served over HTTP, one RQ worker process per queue with
+the local image and speech providers, PostgreSQL and Redis. Skips where Chromium or its
+driver is missing. Screenshots of the board and the delivery page go to the test's temporary folder, or to
+`bin/test --screenshots docs/screenshots` to refresh the ones in the docs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+import requests
+from werkzeug.serving import make_server
+
+from bin.embedded import free_port
+from pipeline.dispatch import QUEUES
+from testkit.system import rq_worker_argv
+from testkit.webapp import TEST_ENV
+from testkit.webdriver import Chromium, Unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def shots(request, tmp_path) -> Path:
+    """Where screenshots go: `--screenshots DIR` (e.g. docs/screenshots), else this test's temp folder."""
+    chosen = request.config.getoption("screenshots")
+    folder = Path(chosen).resolve() if chosen else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def chromium():
+    try:
+        browser = Chromium.start()
+    except Unavailable as exc:
+        pytest.skip(f"headless Chromium unavailable: {exc}")
+    yield browser
+    browser.quit()
+
+
+@pytest.fixture
+def server(app):
+    """The app on a real port, in a thread of this process."""
+    httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    thread.join(10)
+
+
+@pytest.fixture
+def workers(database_url, redis_url, media_dir, tmp_path):
+    """One RQ worker process per queue, as the Procfile runs them, with the local providers."""
+    env = {**os.environ, **TEST_ENV, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
+           "MEDIA_DIR": str(media_dir), "PYTHONPATH": str(ROOT)}
+    log = (tmp_path / "workers.log").open("w")
+    started = [subprocess.Popen([sys.executable, *rq_worker_argv(queue, redis_url)], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT) for queue in QUEUES]
+    yield started
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log.close()
+
+
+def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_downloads(
+        chromium, server, workers, tokens, shots):
+    browser = chromium
+    # sign in with a key
+    browser.open(f"{server}/signin")
+    browser.type('input[name="api_key"]', tokens["admin"])
+    browser.click('form button[type="submit"]')
+    browser.wait_for("return location.pathname === '/'", timeout=10, message="signed in")
+
+    # create a two-block lesson; the second block is added with the editor's button
+    browser.open(f"{server}/contents/new")
+    browser.type('input[name="title"]', "校园生活")
+    browser.type('[data-block]:nth-child(1) textarea', "早上七点，我背着书包去学校。")
+    browser.click("[data-add-block]")
+    browser.type('[data-block]:nth-child(2) textarea', "下课以后，我们去操场打篮球。")
+    browser.click("button.primary")
+    browser.wait_for("return /^\\/contents\\/\\d+\\/versions\\/1$/.test(location.pathname)", timeout=10,
+                     message="the board of version 1 opens")
+
+    # the page runs under its Content-Security-Policy: from here on, anything it is refused is recorded
+    browser.script("window.violations = []; document.addEventListener('securitypolicyviolation', "
+                   "(e) => window.violations.push(e.violatedDirective + ' ' + e.blockedURI))")
+
+    # watch it complete: the board refreshes itself every 2 s while work runs
+    browser.wait_for("return document.querySelector('.board-state')?.dataset.running === 'false' && "
+                     "document.querySelectorAll('.chip[data-status=succeeded]').length === 5",
+                     timeout=90, message="every task succeeds")
+    # the stylesheet applied, the script refreshed the board, the policy refused nothing of ours...
+    assert browser.script("return window.violations") == []
+    assert browser.script("return getComputedStyle(document.querySelector('header.top')).display") == "flex"
+    assert browser.script("return document.querySelectorAll('.progress rect.seg').length") >= 1
+    # ...and it is enforced: an inline script is refused
+    assert browser.script("const s = document.createElement('script'); s.textContent = 'window.inlineRan = 1';"
+                          "document.head.appendChild(s); return window.inlineRan === undefined")
+    assert browser.wait_for("return window.violations.length", timeout=5, message="the refusal is reported") == 1
+    duration = browser.wait_for(
+        "const a = document.querySelector('audio'); a.load && a.readyState === 0 && a.load();"
+        "return a.readyState >= 1 && isFinite(a.duration) && a.duration", timeout=20,
+        message="the narration has a duration")
+    assert duration > 0.5
+    assert browser.script("return document.querySelector('.thumb img').naturalWidth") > 0
+    browser.screenshot(shots / "board.png")
+
+    # approve, then the delivery page offers the bundle
+    browser.click("section.approval button.primary")
+    browser.wait_for("return document.body.innerText.includes('Approved by')", timeout=10, message="approved")
+    browser.click('a[href$="/delivery"]')
+    browser.wait_for("return document.querySelector('[data-bundle]') !== null", timeout=10,
+                     message="the delivery page offers the bundle")
+    browser.screenshot(shots / "delivery.png")
+    bundle = requests.get(browser.script("return document.querySelector('[data-bundle]').href"), timeout=10)
+    assert bundle.status_code == 200 and bundle.headers["Content-Type"] == "application/zip"
+    names = zipfile.ZipFile(io.BytesIO(bundle.content)).namelist()
+    assert "manifest.json" in names and len([n for n in names if n.startswith(("image/", "audio/"))]) == 4

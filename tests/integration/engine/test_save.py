@@ -1,0 +1,123 @@
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from pipeline import db, versions
+from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
+from pipeline.db import connect
+from testkit.helpers import draft, make_settings
+
+
+def counts(conn):
+    return {t: conn.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]
+            for t in ("contents", "versions", "tasks", "task_deps", "outbox", "events")}
+
+
+def test_a_save_writes_version_tasks_and_outbox_rows_together(conn, cfg):
+    saved = versions.save(conn, draft(3), cfg, actor="editor@x")
+    # then: 3 image + 3 tts + 1 bundle; the bundle waits on the six media tasks; media tasks are queued
+    tasks = conn.execute("SELECT kind, block_key, status FROM tasks ORDER BY id").fetchall()
+    assert [t["kind"] for t in tasks] == ["image", "tts"] * 3 + ["bundle"]
+    assert {t["status"] for t in tasks} == {"ready"}
+    assert counts(conn)["task_deps"] == 6
+    queued = conn.execute("SELECT t.kind FROM outbox o JOIN tasks t ON t.id = o.task_id").fetchall()
+    assert sorted(r["kind"] for r in queued) == ["image"] * 3 + ["tts"] * 3
+    assert len(saved.outbox_ids) == 6 and saved.version == 1
+
+
+def test_a_failure_inside_the_save_transaction_leaves_nothing(conn, cfg):
+    # given a database that fails the fourth outbox insert of a save
+    conn.execute("""CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF (SELECT count(*) FROM outbox) >= 3 THEN RAISE EXCEPTION 'disk on fire'; END IF; RETURN NEW; END $$""")
+    conn.execute("CREATE TRIGGER boom BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION boom()")
+    # when a save runs into it
+    with pytest.raises(psycopg.errors.RaiseException):
+        versions.save(conn, draft(3), cfg, actor="editor@x")
+    # then no content, version, task, dependency, outbox row or event exists
+    assert set(counts(conn).values()) == {0}
+
+
+def test_a_save_on_a_stale_base_version_is_refused_and_changes_nothing(conn, cfg):
+    first = versions.save(conn, draft(2), cfg, actor="a")
+    versions.save(conn, draft(2, prefix="v2"), cfg, actor="a", content_id=first.content_id, base_version=1)
+    before = counts(conn)
+    with pytest.raises(Conflict) as refused:
+        versions.save(conn, draft(2, prefix="v3"), cfg, actor="b", content_id=first.content_id, base_version=1)
+    assert refused.value.code == "stale_base_version" and refused.value.details == {"current_version": 2}
+    assert counts(conn) == before
+
+
+def test_saving_an_unknown_content_is_not_found(conn, cfg):
+    with pytest.raises(NotFound):
+        versions.save(conn, draft(1), cfg, actor="a", content_id=999, base_version=1)
+
+
+def test_the_same_idempotency_key_returns_the_first_save_and_another_body_is_refused(conn, cfg):
+    first = versions.save(conn, draft(2), cfg, actor="a", save_key="k-1")
+    again = versions.save(conn, draft(2), cfg, actor="a", save_key="k-1")
+    assert (again.content_id, again.version, again.created) == (first.content_id, 1, False)
+    before = counts(conn)
+    with pytest.raises(Conflict) as refused:
+        versions.save(conn, draft(3), cfg, actor="a", save_key="k-1")
+    assert refused.value.code == "idempotency_key_reused" and counts(conn) == before
+
+
+def test_concurrent_saves_with_one_key_create_one_task_set(cfg):
+    def save(_):
+        with connect(cfg.database_url, autocommit=True) as c:
+            return versions.save(c, draft(2), cfg, actor="a", save_key="same")
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(save, range(6)))
+    assert {(r.content_id, r.version) for r in results} == {(results[0].content_id, 1)}
+    with connect(cfg.database_url) as c:
+        assert counts(c)["tasks"] == 5
+
+
+def test_a_new_version_supersedes_unfinished_tasks_and_drops_their_messages(conn, cfg):
+    first = versions.save(conn, draft(2), cfg, actor="a")
+    second = versions.save(conn, draft(2, prefix="new"), cfg, actor="a", content_id=first.content_id,
+                           base_version=1)
+    rows = conn.execute("SELECT version, status, count(*) AS n FROM tasks GROUP BY 1, 2 ORDER BY 1").fetchall()
+    assert [(r["version"], r["status"], r["n"]) for r in rows] == [(1, "superseded", 5), (2, "ready", 5)]
+    assert second.superseded == 5
+    pending = conn.execute("SELECT DISTINCT t.version FROM outbox o JOIN tasks t ON t.id = o.task_id").fetchall()
+    assert [r["version"] for r in pending] == [2]
+    events = conn.execute("SELECT count(*) AS n FROM events WHERE to_status = 'superseded'").fetchone()
+    assert events["n"] == 5
+
+
+def test_admission_refuses_a_save_over_capacity_and_writes_nothing(conn, database_url, redis_url, tmp_path):
+    small = make_settings(database_url, redis_url, tmp_path, MAX_PENDING_TASKS="12")
+    versions.save(conn, draft(2), small, actor="a")           # 5 pending
+    before = counts(conn)
+    with pytest.raises(CapacityExceeded) as refused:
+        versions.save(conn, draft(4), small, actor="a")       # 9 more: 14 > 12
+    assert refused.value.retry_after >= 1
+    assert counts(conn) == before
+
+
+def test_a_content_larger_than_the_whole_capacity_is_bad_input_not_busy(conn, database_url, redis_url, tmp_path):
+    tiny = make_settings(database_url, redis_url, tmp_path, MAX_PENDING_TASKS="4")
+    with pytest.raises(InvalidInput, match="MAX_PENDING_TASKS"):
+        versions.save(conn, draft(2), tiny, actor="a")
+
+
+def test_concurrent_saves_never_exceed_capacity(database_url, redis_url, tmp_path):
+    limited = make_settings(database_url, redis_url, tmp_path, MAX_PENDING_TASKS="23")
+    start = threading.Barrier(10)
+
+    def save(i):
+        with connect(database_url, autocommit=True) as c:
+            start.wait()
+            try:
+                versions.save(c, draft(1, prefix=str(i)), limited, actor="a")   # 3 tasks each
+                return True
+            except CapacityExceeded:
+                return False
+    with ThreadPoolExecutor(10) as pool:
+        accepted = sum(pool.map(save, range(10)))
+    with connect(database_url) as c:
+        pending = db.scalar(c, "admission_pending")
+    assert accepted == 7 and pending == 21

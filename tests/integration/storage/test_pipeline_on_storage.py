@@ -1,0 +1,139 @@
+"""Receipts, recovery, retention and the bundle on both kinds of store (a directory and a bucket).
+
+Real `rq worker` processes call the fake provider; `storage_env` runs each test on MEDIA_DIR
+and on a bucket of the S3 test server. Reads that prove durability come from a store built
+for another machine (another MEDIA_DIR), so only what reached the shared store counts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import redis
+
+from pipeline import dispatch, runtime, settings, storage, versions
+from pipeline.core.fingerprint import idempotency_key
+from pipeline.reconcile import Reconciler
+from testkit.fakeprovider import Behaviour
+from testkit.helpers import ControlledExecutor, draft, make_settings, wait_until, work_burst
+from testkit.system import drain, kill
+
+
+def save_one_block(system):
+    with system.db() as conn:
+        saved = versions.save(conn, draft(1), system.cfg, actor="editor")
+        rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (saved.content_id,)).fetchall()
+    return saved, rows  # image, tts, bundle
+
+
+def elsewhere(system, tmp_path) -> settings.Settings:
+    """The same settings on another machine: its own MEDIA_DIR."""
+    return settings.load({**system.env, "MEDIA_DIR": str(tmp_path / "other-machine")})
+
+
+def test_a_lesson_runs_through_real_workers_and_its_bundle_holds_the_stored_media(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    for queue in ("image", "tts", "bundle"):
+        system.start_worker(queue)
+    rows = drain(system, saved.content_id)
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    store = storage.media_store(system.cfg)
+    archive = zipfile.ZipFile(io.BytesIO(store.read(rows[2]["asset_sha256"])))
+    manifest = json.loads(archive.read("manifest.json"))
+    block = manifest["blocks"][0]
+    assert archive.read(block["image"]["file"]) == store.read(rows[0]["asset_sha256"])
+    assert archive.read(block["audio"]["file"]) == store.read(rows[1]["asset_sha256"])
+
+
+def test_the_intent_receipt_is_in_the_store_before_the_provider_is_called(system, fake, tmp_path):
+    saved, (image, tts, bundle) = save_one_block(system)
+    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
+    system.start_worker("image")
+    system.dispatch()
+    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    # while the provider holds the call, the intent is already readable from the store
+    found = storage.receipt_book(system.cfg).intent(image["id"], 1)
+    assert found is not None and found.idempotency_key == idempotency_key(image["fingerprint"], image["id"])
+    assert storage.receipt_book(system.cfg).result(image["id"], 1) is None
+    fake.release()
+
+
+def test_a_worker_killed_after_its_result_receipt_is_recovered_from_the_receipt(system, fake):
+    saved, (image, tts, bundle) = save_one_block(system)
+    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
+    worker = system.start_worker("image")
+    system.dispatch()
+    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    book = storage.receipt_book(system.cfg)
+    with system.holding("SELECT * FROM tasks WHERE id = %s FOR UPDATE", image["id"]):  # holds the commit
+        fake.release()
+        wait_until(lambda: book.result(image["id"], 1), message="the result receipt")
+        system.waiting_on_lock()
+        kill(worker)
+    receipt = book.result(image["id"], 1)
+    assert system.task(image["id"])["status"] == "running"
+    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
+    drain(system, saved.content_id)
+    row = system.task(image["id"])
+    assert (row["status"], row["asset_sha256"], row["attempts"]) == ("succeeded", receipt.sha256, 1)
+    with system.db() as conn:
+        actions = [e["action"] for e in conn.execute("SELECT action FROM events WHERE task_id = %s ORDER BY id",
+                                                     (image["id"],))]
+    assert actions[-1] == "recovered_from_receipt"
+    assert fake.calls_for(idempotency_key(image["fingerprint"], image["id"])).requests == 1
+
+
+def run_version(conn, cfg, rt, saved) -> set[str]:
+    dispatch.send_due(conn, redis.Redis.from_url(cfg.redis_url))
+    work_burst(rt)
+    return {r["asset_sha256"] for r in conn.execute("SELECT asset_sha256 FROM tasks WHERE content_id = %s AND "
+                                                    "version = %s", (saved.content_id, saved.version))}
+
+
+def test_retention_deletes_old_unused_assets_and_old_receipts_from_the_store(database_url, redis_url, tmp_path,
+                                                                              storage_env):
+    from pipeline.db import connect
+    cfg = make_settings(database_url, redis_url, tmp_path / "media", **storage_env)
+    store, book = storage.media_store(cfg), storage.receipt_book(cfg)
+    rt = runtime.Runtime(cfg, ControlledExecutor(store), worker_id="test-worker")
+    try:
+        with connect(database_url, autocommit=True) as conn:
+            first = versions.save(conn, draft(1), cfg, actor="e")
+            old = run_version(conn, cfg, rt, first)
+            second = versions.save(conn, draft(1, prefix="new"), cfg, actor="e", content_id=first.content_id,
+                                   base_version=1)
+            current = run_version(conn, cfg, rt, second)
+            old_task = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND version = 1 ORDER BY id",
+                                    (first.content_id,)).fetchone()["id"]
+            from receipts.calls import Intent
+            book.write_intent(Intent(old_task, 1, "lease", "fake", "m", "f" * 64, "k", 1.0))
+            # given everything is past the retention period
+            conn.execute("UPDATE assets SET created_at = now() - interval '400 days'")
+            conn.execute("UPDATE tasks SET updated_at = now() - interval '400 days' WHERE version = 1")
+            report = Reconciler(cfg, conn, {}).run()
+    finally:
+        runtime.install(None)
+    gone = old - current
+    assert gone and report.counts["assets_deleted"] == len(gone)
+    assert not any(store.has(sha) for sha in gone)
+    assert all(store.has(sha) for sha in current)
+    assert book.of_task(old_task) == [] and report.counts["receipts_compacted"] >= 1
+
+
+def test_when_the_intent_receipt_cannot_be_stored_the_provider_is_not_called_and_the_task_retries(system, fake):
+    # given a store that refuses every write (a bucket that does not exist; a file where MEDIA_DIR should be)
+    if system.env.get("STORAGE") == "s3":
+        broken = system.with_env(S3_BUCKET="no-such-bucket-anywhere")
+    else:
+        blocker = system.cfg.media_dir
+        blocker.parent.mkdir(parents=True, exist_ok=True)
+        blocker.write_text("not a directory")
+        broken = system
+    saved, (image, tts, bundle) = save_one_block(broken)
+    broken.start_worker("image")
+    broken.dispatch()
+    row = broken.wait_status(image["id"], "retry", "failed", "unknown")
+    assert row["status"] == "retry" and "intent receipt" in row["last_error"]
+    assert fake.calls_for(idempotency_key(image["fingerprint"], image["id"])).requests == 0

@@ -1,0 +1,103 @@
+import pytest
+
+from pipeline import settings
+from pipeline.core.errors import ConfigError
+
+
+def test_defaults_need_no_environment():
+    cfg = settings.load({})
+    assert cfg.port == 8000 and cfg.database_url is None and cfg.image.backend == "local"
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"PORT": "eighty"}, "PORT"),
+    ({"PORT": "70000"}, "PORT"),
+    ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL"),
+    ({"REDIS_URL": "valkey://127.0.0.1:6379"}, "REDIS_URL"),
+    ({"SECRET_KEY": "short"}, "SECRET_KEY"),
+    ({"SECRET_KEY": "x" * 31}, "SECRET_KEY is too short"),
+    ({"LAB_API_KEY": "x" * 31}, "LAB_API_KEY is too short"),
+    ({"METRICS_TOKEN": "x" * 31}, "METRICS_TOKEN is too short"),
+    ({"TRUSTED_PROXIES": "6"}, "TRUSTED_PROXIES"),
+    ({"SESSION_IDLE_SECONDS": "1"}, "SESSION_IDLE_SECONDS"),
+    ({"MEDIA_URL_TTL_SECONDS": "0"}, "MEDIA_URL_TTL_SECONDS"),
+    ({"KEY_SAVES_PER_MINUTE": "0"}, "KEY_SAVES_PER_MINUTE"),
+    ({"KEY_MAX_PENDING_TASKS": "-1"}, "KEY_MAX_PENDING_TASKS"),
+    ({"MAX_PENDING_TASKS": "0"}, "MAX_PENDING_TASKS"),
+    ({"LEASE_SECONDS": "-1"}, "LEASE_SECONDS"),
+    ({"IMAGE_PROVIDER": "dalle"}, "IMAGE_PROVIDER"),
+    ({"TTS_PROVIDER": "openai"}, "TTS_PROVIDER=openai needs"),
+    ({"IMAGE_HONOURS_IDEMPOTENCY_KEY": "maybe"}, "IMAGE_HONOURS_IDEMPOTENCY_KEY"),
+    ({"LEASE_SECONDS": "5", "HEARTBEAT_SECONDS": "10"}, "HEARTBEAT_SECONDS"),
+    ({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "http://api.example.com/v1", "IMAGE_API_KEY": "k"},
+     "IMAGE_BASE_URL.*https://"),
+    ({"IMAGE_QUALITY": "ultra"}, "IMAGE_QUALITY"),
+    ({"IMAGE_OUTPUT_FORMAT": "gif"}, "IMAGE_OUTPUT_FORMAT"),
+    ({"TTS_MAX_BYTES": "10"}, "TTS_MAX_BYTES"),
+    ({"IMAGE_CALL_TIMEOUT": "0"}, "IMAGE_CALL_TIMEOUT"),
+])
+def test_an_invalid_value_is_refused_with_its_name(env, named):
+    with pytest.raises(ConfigError, match=named):
+        settings.load(env)
+
+
+def test_valid_values_are_parsed():
+    cfg = settings.load({"PORT": "9001", "DATABASE_URL": "postgresql://u@h:5/db", "DEMO_MODE": "yes",
+                         "IMAGE_MAX_CONCURRENCY": "2", "TTS_READ_TIMEOUT": "1.5"})
+    assert (cfg.port, cfg.database_url, cfg.demo_mode) == (9001, "postgresql://u@h:5/db", True)
+    assert cfg.image.max_concurrency == 2 and cfg.tts.read_timeout == 1.5
+
+
+def test_secrets_stay_out_of_the_repr():
+    cfg = settings.load({"SECRET_KEY": "s3cr3t-" * 6, "IMAGE_API_KEY": "sk-very-secret", "METRICS_TOKEN": "m3tr1cs-" * 5,
+                         "LAB_API_KEY": "l4b-" * 10})
+    assert all(word not in repr(cfg) for word in ("s3cr3t", "sk-very-secret", "m3tr1cs", "l4b-"))
+
+
+OPENAI = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/v1", "IMAGE_API_KEY": "sk-i",
+          "TTS_PROVIDER": "openai", "TTS_BASE_URL": "https://api.openai.com/v1", "TTS_API_KEY": "sk-t"}
+
+
+def test_choosing_openai_takes_its_own_default_models_and_voice_never_the_local_ones():
+    cfg = settings.load(OPENAI)
+    assert (cfg.image.model, cfg.image.size) == ("gpt-image-1", "1024x1024")
+    assert (cfg.tts.model, cfg.tts.voice) == ("gpt-4o-mini-tts", "alloy")
+
+
+def test_the_local_backends_keep_their_own_models():
+    cfg = settings.load({})
+    assert (cfg.image.model, cfg.tts.model, cfg.tts.voice) == ("local-card-v1", "espeak-ng-1.52", "")
+
+
+def test_a_model_voice_or_size_that_is_set_wins_over_the_backends_default():
+    cfg = settings.load({**OPENAI, "IMAGE_MODEL": "dall-e-3", "IMAGE_SIZE": "1792x1024", "TTS_VOICE": "nova"})
+    assert (cfg.image.model, cfg.image.size, cfg.tts.voice) == ("dall-e-3", "1792x1024", "nova")
+
+
+def test_model_options_are_read_only_when_set_and_only_for_their_kind():
+    cfg = settings.load({"IMAGE_QUALITY": "high", "IMAGE_OUTPUT_FORMAT": "webp", "TTS_INSTRUCTIONS": "slowly",
+                         "TTS_QUALITY": "high"})
+    assert cfg.image.options == (("quality", "high"), ("output_format", "webp"))
+    assert cfg.tts.options == (("instructions", "slowly"),)
+    assert settings.load({}).image.options == ()
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1", "http://localhost:8080", "https://llm.example.com"])
+def test_a_base_url_is_https_or_on_this_machine(url):
+    cfg = settings.load({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": url, "IMAGE_API_KEY": "k"})
+    assert cfg.image.base_url == url
+
+
+def test_a_providers_settings_default_to_the_adapters_own_and_reach_it_whole():
+    from dataclasses import fields
+
+    from pipeline.executor import provider_config
+    from pipeline.settings import ADAPTER, ProviderSettings
+    from providers.registry import ProviderConfig
+    shared = [f.name for f in fields(ProviderConfig) if f.name != "base_url"]
+    assert {name: getattr(ProviderSettings(), name) for name in shared} == {n: getattr(ADAPTER, n) for n in shared}
+    tuned = settings.load({"IMAGE_CONNECT_TIMEOUT": "1.5", "IMAGE_READ_TIMEOUT": "7", "IMAGE_MAX_BYTES": "4096",
+                           "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1",
+                           "IMAGE_API_KEY": "sk-x"}).image
+    assert provider_config(tuned) == ProviderConfig(**{n: getattr(tuned, n) for n in shared},
+                                                    base_url="https://api.example.com/v1")
