@@ -20,7 +20,7 @@ from babel.messages.pofile import read_po
 from tests.integration.web.test_ui import csrf_of, page, post, sign_in
 from web import i18n, words
 
-WEB = Path(__file__).resolve().parents[2] / "web"
+WEB = Path(__file__).resolve().parents[3] / "web"
 LOCALES = tuple(i18n.LANGUAGES)
 KEYWORDS = {"_": None, "gettext": None, "ngettext": (1, 2), "pgettext": ((1, "c"), 2), "_l": None,
             "lazy_gettext": None, "lazy_pgettext": ((1, "c"), 2)}

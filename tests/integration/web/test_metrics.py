@@ -109,7 +109,7 @@ def test_the_example_alert_rules_name_only_series_the_app_exports(api, work, con
     work.until_idle()
     Reconciler(work.settings, conn, {}).run()   # the reconcile age exists once a run finished
     exported = {name for name, _ in scrape(api)}
-    rules = (Path(__file__).resolve().parents[2] / "docs" / "alerts.yml").read_text()
+    rules = (Path(__file__).resolve().parents[3] / "docs" / "alerts.yml").read_text()
     named = set(re.findall(r"\bmediapipe_[a-z_]+", rules))
     assert named and named <= exported, named - exported
 
