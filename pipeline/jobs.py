@@ -83,7 +83,8 @@ def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None
     for tries in (1, 2):  # a PostgreSQL restart breaks the kept connection once
         try:
             return tasks.claim(rt.conn(), task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds,
-                               rq_job_id=job_id, attempt_seconds=rt.settings.attempt_ceiling_seconds)
+                               rq_job_id=job_id, attempt_seconds=rt.settings.attempt_ceiling_seconds,
+                               receipt_store=rt.receipt_store)
         except psycopg.OperationalError:
             rt.drop()
             if tries == 2:

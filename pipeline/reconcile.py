@@ -54,6 +54,7 @@ class Reconciler:
     def __post_init__(self) -> None:
         self.store = storage.media_store(self.cfg)
         self.book = storage.receipt_book(self.cfg)
+        self.store_id = self.book.store_id()
 
     # evidence -------------------------------------------------------------------------------
 
@@ -88,13 +89,15 @@ class Reconciler:
         intent = bool(row["attempts"]) and self.book.intent(row["id"], row["attempts"]) is not None
         if status is TaskStatus.RUNNING and intent and row["lease_token"]:
             intent = self.book.intent(row["id"], row["attempts"]).lease_token == str(row["lease_token"])
+        # a missing receipt means "never written" only in the store the worker wrote to
+        sees = row.get("receipt_store") == self.store_id
         asset = self._asset_from_receipt(row) if status is TaskStatus.RUNNING else None
         lookup = None
-        if asset is None and (status is TaskStatus.UNKNOWN or intent) and not row["cancel_requested"]:
+        if asset is None and (status is TaskStatus.UNKNOWN or intent or not sees) and not row["cancel_requested"]:
             lookup, asset = self._lookup(row)
         return recovery.Evidence(row["id"], status, str(row["lease_token"]) if row["lease_token"] else None,
                                  row["attempts"], row["max_attempts"], row["deadline_at"],
-                                 row["cancel_requested"], intent, asset, lookup)
+                                 row["cancel_requested"], intent, asset, lookup, sees)
 
     # apply -------------------------------------------------------------------------------------
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 import psycopg
 import redis
 
+from pipeline import storage
 from pipeline.db import connect
-from pipeline.settings import Settings, load, session_options
 from pipeline.executor import Executor
-from pipeline.settings import Settings, load
+from pipeline.log import log
+from pipeline.settings import Settings, load, session_options
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Runtime:
     _conns: dict = field(default_factory=dict, repr=False)
     _redis: redis.Redis | None = field(default=None, repr=False)
     _pid: int = field(default_factory=os.getpid, repr=False)
+    _receipt_store: str | None = field(default=None, repr=False)
 
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here)."""
@@ -58,6 +60,20 @@ class Runtime:
         conn = self._conns.pop(name, None)
         if conn is not None:
             conn.close()
+
+    @property
+    def receipt_store(self) -> str | None:
+        """The identity of the store this process writes its receipts to (recorded with each claim).
+
+        None while the store cannot be read: the claim then names no store, the intent receipt fails
+        to be written (so the provider is not called), and a reconciler treats the attempt as out of sight.
+        """
+        if self._receipt_store is None:
+            try:
+                self._receipt_store = storage.receipt_book(self.settings).store_id()
+            except OSError as exc:   # StorageError is an OSError
+                log("receipt_store_unreadable", error=f"{exc.__class__.__name__}: {exc}"[:300])
+        return self._receipt_store
 
     @property
     def redis(self) -> redis.Redis:

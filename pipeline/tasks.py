@@ -43,16 +43,18 @@ def _may(froms: frozenset[TaskStatus] | tuple[TaskStatus, ...], to: TaskStatus, 
 
 
 def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
-          rq_job_id: str | None = None, attempt_seconds: float = 86_400.0) -> Task | None:
+          rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
+          receipt_store: str | None = None) -> Task | None:
     """Take the task for one attempt, or None when it is not runnable now (nothing is changed then).
 
     The attempt ends at the latest `attempt_seconds` after the claim, or at the task's deadline.
+    `receipt_store` names the store the worker writes this attempt's receipts to (None: not known).
     """
     _may((S.READY, S.RETRY), S.RUNNING, "worker")
     with conn.transaction():
         row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
                                            "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
-                                           "attempt_seconds": attempt_seconds})
+                                           "attempt_seconds": attempt_seconds, "receipt_store": receipt_store})
     return Task.from_row(row) if row else None
 
 

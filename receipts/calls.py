@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,6 +57,22 @@ class ReceiptBook:
         if not (isinstance(task_id, int) and isinstance(attempt, int) and task_id > 0 and attempt > 0):
             raise ValueError(f"receipts are kept per positive task id and attempt, not {task_id!r}/{attempt!r}")
         return f"receipts/{task_id}/{attempt:04d}-{what}.json"
+
+    STORE_KEY = "receipts/STORE"
+
+    def store_id(self) -> str:
+        """This store's identity, made on first use and kept inside the store itself.
+
+        A worker records it with its claim; the reconciler compares it with its own to know
+        whether a missing receipt is absent or merely out of its sight (another machine's disk).
+        Two processes racing to make it may each see their own for a moment: then they differ,
+        which only makes the reconciler more careful.
+        """
+        found = self.objects.get(self.STORE_KEY)
+        if found:
+            return found.decode()
+        self.objects.put(self.STORE_KEY, uuid.uuid4().hex.encode())
+        return (self.objects.get(self.STORE_KEY) or b"").decode()
 
     def write_intent(self, intent: Intent) -> None:
         self.objects.put(self._key(intent.task_id, intent.attempt, "intent"), json.dumps(asdict(intent)).encode())

@@ -32,6 +32,7 @@ class Evidence:
     intent: bool = False               # an intent receipt exists for the current attempt
     asset: Asset | None = None         # a result (receipt or lookup) whose file is on disk and verified
     lookup: str | None = None          # FOUND / NOT_FOUND / UNSUPPORTED / NO_ANSWER, when asked
+    sees_receipts: bool = False        # the reconciler reads the store the attempt's worker wrote to
 
 
 def _retry_or_fail(ev: Evidence, now: datetime, reason: str, code: Reason, base: float, cap: float,
@@ -52,7 +53,7 @@ def decide_expired(ev: Evidence, now: datetime, *, base: float, cap: float, rng:
         return succeeded(ev.asset, reason="result found after the lease expired", code=Reason.RECOVERED, event=event)
     if ev.cancel_requested:
         return _noted(TaskStatus.CANCELLED, Reason.CANCELLED, "version cancelled; lease expired")
-    if not ev.intent:
+    if not ev.intent and ev.sees_receipts:
         if now >= ev.deadline_at:
             return _noted(TaskStatus.FAILED, Reason.DEADLINE_PASSED, "deadline passed", dead_letter="deadline passed")
         return _retry_or_fail(ev, now, "lease expired before the provider was called", Reason.LEASE_EXPIRED,
@@ -60,6 +61,10 @@ def decide_expired(ev: Evidence, now: datetime, *, base: float, cap: float, rng:
     if ev.lookup == NOT_FOUND:
         return _retry_or_fail(ev, now, "lease expired; the provider says it never ran the call", Reason.NOT_EXECUTED,
                               base, cap, rng)
+    if not ev.intent:
+        return _noted(TaskStatus.UNKNOWN, Reason.LEASE_EXPIRED,
+                      "lease expired; its worker kept receipts in a store this reconciler cannot see, so whether "
+                      f"the provider was called is unknown (lookup: {ev.lookup or 'not asked'})")
     return _noted(TaskStatus.UNKNOWN, Reason.LEASE_EXPIRED,
                   "lease expired after the provider was called; its outcome is unknown "
                   f"(lookup: {ev.lookup or 'not asked'})")

@@ -47,7 +47,7 @@ WITH candidate AS (
 ), claimed AS (
     UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
            lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
-           worker = %(worker)s, waiting_for = NULL, updated_at = now(),
+           worker = %(worker)s, receipt_store = %(receipt_store)s, waiting_for = NULL, updated_at = now(),
            attempt_ends_at = least(t.deadline_at, now() + make_interval(secs => %(attempt_seconds)s))
     FROM candidate WHERE t.id = candidate.id
     RETURNING t.*, candidate.status AS from_status

@@ -7,6 +7,7 @@ import pytest
 
 from pipeline.core import recovery
 from pipeline.core.errors import StaleTransition
+from pipeline.core.outcome import Reason
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus, check_transition
 
@@ -27,7 +28,7 @@ def test_terminal_states_change_only_through_recorded_editor_actions():
 
 def ev(**kw):
     base = dict(task_id=1, status=TaskStatus.RUNNING, lease_token="t", attempts=1, max_attempts=3,
-                deadline_at=NOW + timedelta(hours=1), cancel_requested=False)
+                deadline_at=NOW + timedelta(hours=1), cancel_requested=False, sees_receipts=True)
     return recovery.Evidence(**{**base, **kw})
 
 
@@ -41,6 +42,19 @@ def test_an_expired_lease_without_intent_is_retried_and_with_intent_becomes_unkn
     assert decide(ev(intent=True, lookup=recovery.NO_ANSWER)).to is TaskStatus.UNKNOWN
     assert decide(ev(intent=True, lookup=recovery.NOT_FOUND)).to is TaskStatus.RETRY
     assert decide(ev(attempts=3)).dead_letter == "attempts exhausted"
+
+
+def test_a_missing_intent_in_a_store_the_reconciler_cannot_see_is_unknown_unless_the_provider_says_never():
+    unseen = decide(ev(sees_receipts=False, lookup=recovery.UNSUPPORTED))
+    assert (unseen.to, unseen.code) == (TaskStatus.UNKNOWN, Reason.LEASE_EXPIRED)
+    assert "cannot see" in unseen.reason
+    assert decide(ev(sees_receipts=False, lookup=recovery.NO_ANSWER)).to is TaskStatus.UNKNOWN
+    assert decide(ev(sees_receipts=False, lookup=recovery.NOT_FOUND)).to is TaskStatus.RETRY
+    assert decide(ev(sees_receipts=False, cancel_requested=True)).to is TaskStatus.CANCELLED
+
+
+def test_evidence_assumes_nothing_about_the_store_unless_told():
+    assert recovery.Evidence(1, TaskStatus.RUNNING, "t", 1, 3, NOW, False).sees_receipts is False
 
 
 def test_an_expired_lease_with_a_kept_result_succeeds_from_it():
