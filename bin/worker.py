@@ -57,6 +57,18 @@ class Worker(SimpleWorker):
 
     max_connection_wait_time = 5.0
 
+    def perform_job(self, job, queue) -> bool:
+        """Run the job under RQ's time limit, set here from this worker's attempt ceiling.
+
+        The dispatcher enqueues jobs without a limit; the attempt ceiling (the call is given up,
+        the lease no longer renewed) is what ends an attempt. This limit is the backstop for a
+        job stuck anywhere else: past it RQ interrupts the job, and the reconciler moves the task
+        on from its evidence once the lease runs out.
+        """
+        if not job.timeout or job.timeout < 0:
+            job.timeout = jobs.job_timeout(runtime.current().settings)
+        return super().perform_job(job, queue)
+
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
         warm_up()

@@ -13,6 +13,7 @@ business state.
 
 from __future__ import annotations
 
+import math
 import threading
 from datetime import datetime, timezone
 
@@ -23,6 +24,7 @@ from pipeline import dispatch, runtime, tasks
 from pipeline.core.errors import Cancelled, LeaseLost, Transient
 from pipeline.core.records import Task
 from pipeline.log import log
+from pipeline.settings import Settings
 
 
 class AttemptContext:
@@ -77,6 +79,12 @@ class AttemptContext:
             raise LeaseLost(f"task {self.task.id}: lease {self.task.lease_token} is no longer held")
         if self.cancel_requested:
             raise Cancelled(f"task {self.task.id}: its version was cancelled")
+
+
+def job_timeout(settings: Settings) -> int:
+    """RQ's limit on one job: twice the attempt ceiling, at most a minute more than it."""
+    ceiling = settings.attempt_ceiling_seconds
+    return math.ceil(ceiling + min(ceiling, 60.0))
 
 
 def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None:
