@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from datetime import datetime, timezone
+from typing import Callable, TypeVar
 
 import psycopg
 from rq import get_current_job
@@ -25,6 +27,8 @@ from pipeline.core.errors import Cancelled, LeaseLost, Transient
 from pipeline.core.records import Task
 from pipeline.log import log
 from pipeline.settings import Settings
+
+T = TypeVar("T")
 
 
 class AttemptContext:
@@ -87,17 +91,31 @@ def job_timeout(settings: Settings) -> int:
     return math.ceil(ceiling + min(ceiling, 60.0))
 
 
-def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None:
-    for tries in (1, 2):  # a PostgreSQL restart breaks the kept connection once
+RECONNECT_SECONDS = 30.0   # how long a write waits for PostgreSQL to come back after its connection broke
+
+
+def _written(rt: runtime.Runtime, write: Callable[[psycopg.Connection], T]) -> T:
+    """`write` on the kept connection; when PostgreSQL restarted under it, again on a new one.
+
+    A restart during a long provider call breaks the kept connection: the completion then waits
+    (up to RECONNECT_SECONDS) for a new one instead of leaving the task to the lease's expiry
+    and the next reconcile run. Every write here is fenced, so doing it again is safe.
+    """
+    deadline = time.monotonic() + RECONNECT_SECONDS
+    while True:
         try:
-            return tasks.claim(rt.conn(), task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds,
-                               rq_job_id=job_id, attempt_seconds=rt.settings.attempt_ceiling_seconds,
-                               receipt_store=rt.receipt_store)
+            return write(rt.conn())
         except psycopg.OperationalError:
             rt.drop()
-            if tries == 2:
+            if time.monotonic() >= deadline:
                 raise
-    return None
+            time.sleep(0.5)
+
+
+def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None:
+    return _written(rt, lambda conn: tasks.claim(
+        conn, task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds, rq_job_id=job_id,
+        attempt_seconds=rt.settings.attempt_ceiling_seconds, receipt_store=rt.receipt_store))
 
 
 def _reuse(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
@@ -144,12 +162,12 @@ def _attempt(rt: runtime.Runtime, task: Task, attempt: AttemptContext) -> tuple[
         tasks.release_input(rt.conn(), task)     # raised before any call: nothing is in flight
         raise
     except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
-        outcome = tasks.fail_attempt(rt.conn(), task, exc, rt.settings, actor=rt.worker_id,
-                                     now=datetime.now(timezone.utc))
+        outcome = _written(rt, lambda conn: tasks.fail_attempt(conn, task, exc, rt.settings, actor=rt.worker_id,
+                                                                now=datetime.now(timezone.utc)))
         log("attempt_failed", task_id=task.id, attempt=task.attempts, lease_token=task.lease_token,
             error=exc.__class__.__name__, status=outcome.to.value)
         return outcome.to.value, []
-    status, unblocked = tasks.succeed(rt.conn(), task, asset, actor=rt.worker_id)
+    status, unblocked = _written(rt, lambda conn: tasks.succeed(conn, task, asset, actor=rt.worker_id))
     return status.value, unblocked
 
 

@@ -4,6 +4,7 @@ Rows about worker deaths, Redis FLUSHALL and concurrent reconcile runs live besi
 
 import signal
 
+import psycopg
 import redis
 
 from pipeline import dispatch, versions
@@ -250,6 +251,29 @@ def test_an_editor_retrying_an_unknown_accepts_the_risk_and_the_second_call_is_r
     assert [(d["task_id"], d["outcome"], d["consented_by"]) for d in spend["duplicates"]] == \
         [(image_id, "succeeded", "editor-0")]
     assert spend["totals"]["paid_calls"] == 3   # the ambiguous image call, its consented repeat, the narration
+
+
+def test_a_call_that_outlives_a_postgresql_restart_is_completed_by_its_worker_without_waiting_for_the_lease(
+        system, fake, servers):
+    if servers.postgres is None:
+        import pytest
+        pytest.skip("PostgreSQL is external (DATABASE_URL): this test restarts the server")
+    # given production's lease (60 s) and no reconciler: only the worker itself can finish the task soon
+    slow = system.with_env(LEASE_SECONDS="60", HEARTBEAT_SECONDS="15", IMAGE_READ_TIMEOUT="20")
+    fake.set_default(Behaviour("delay", seconds=3))
+    _, task_id = slow.save_lesson(1)
+    slow.start_worker("image")
+    slow.dispatch()
+    wait_until(lambda: fake.in_flight("image") > 0, message="the image call in flight")
+    servers.postgres.restart()
+
+    def status():
+        try:
+            return slow.task(task_id)["status"]
+        except psycopg.OperationalError:
+            return None
+    wait_until(lambda: status() == "succeeded", timeout=40, message="the worker completing after the restart")
+    assert fake.calls_for(idempotency_key(slow.task(task_id)["fingerprint"], task_id)).executions == 1
 
 
 def test_a_postgresql_restart_mid_run_loses_nothing_and_needs_no_process_restart(stack, fake, servers):
