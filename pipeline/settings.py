@@ -104,8 +104,8 @@ class Settings:
     db_statement_timeout_ms: int = 30_000       # longest statement on any of our connections
     db_lock_timeout_ms: int = 5_000             # longest wait for a row or table lock
     db_idle_in_transaction_ms: int = 60_000     # a transaction left open this long is ended by the server
-    lease_seconds: float = 60.0
-    heartbeat_seconds: float = 15.0
+    lease_seconds: float = 30.0
+    heartbeat_seconds: float = 10.0
     deadline_seconds: float = 3600.0
     max_attempts: int = 3
     attempt_ceiling_seconds: float = 0.0     # 0: the longest provider call timeout + 60 s (see load)

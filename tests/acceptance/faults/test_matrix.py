@@ -258,8 +258,8 @@ def test_a_call_that_outlives_a_postgresql_restart_is_completed_by_its_worker_wi
     if servers.postgres is None:
         import pytest
         pytest.skip("PostgreSQL is external (DATABASE_URL): this test restarts the server")
-    # given production's lease (60 s) and no reconciler: only the worker itself can finish the task soon
-    slow = system.with_env(LEASE_SECONDS="60", HEARTBEAT_SECONDS="15", IMAGE_READ_TIMEOUT="20")
+    # given production's lease (30 s) and no reconciler: only the worker itself can finish the task
+    slow = system.with_env(LEASE_SECONDS="30", HEARTBEAT_SECONDS="10", IMAGE_READ_TIMEOUT="20")
     fake.set_default(Behaviour("delay", seconds=3))
     _, task_id = slow.save_lesson(1)
     slow.start_worker("image")
