@@ -184,6 +184,10 @@ def test_a_reviewer_compares_regenerates_rejects_withdraws_and_works_through_the
     browser.wait_for("return /\\/versions\\/3$/.test(location.pathname)", timeout=10, message="version 3 opens")
     wait_complete(browser)
     assert browser.script("return document.querySelector('[data-regenerated]').innerText").find("画面太暗") >= 0
+    images = [next(t["sha256"] for t in api_call(server, key, "GET", f"{created['content_url']}/versions/{v}").json()
+                   ["tasks"] if (t["kind"], t["block"]) == ("image", "b1")) for v in (2, 3)]
+    assert images[0] != images[1]   # a new picture, and the old one still served
+    assert api_call(server, key, "GET", f"/media/{images[0]}").status_code == 200
 
     # reject version 3 with a note
     browser.script("document.querySelector('select[name=decision]').value = 'rejected'")

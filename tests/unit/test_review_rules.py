@@ -92,3 +92,10 @@ def test_a_withdrawn_approval_is_a_reason_not_to_deliver_with_who_and_why():
     assert blockers.reasons == ("not_approved", "approval_withdrawn")
     assert blockers.as_dict()["withdrawn"] == withdrawn
     assert delivery_blockers(2, 2, rows, withdrawn).reasons == ()
+
+
+def test_a_regenerations_variation_gives_the_local_image_provider_another_picture_of_the_same_prompt():
+    from providers.local_image import encode_webp, render_card
+    plain, again = (encode_webp(render_card("早上七点", 128, 128)) for _ in range(2))
+    varied = encode_webp(render_card("早上七点", 128, 128, variation="0f3a"))
+    assert plain == again and varied != plain
