@@ -76,9 +76,10 @@ def request_for(task: Task, seconds_left: float | None = None) -> GenerateReques
     data = task.input
     key = idempotency_key(task.fingerprint, task.id)
     options = data.get("options") or {}
-    if task.kind == "image":
+    if task.kind == "image":   # a regeneration's nonce asks a seeded renderer for another picture
         return GenerateRequest("image", data["prompt"], {"model": data["model"], "size": data["size"],
-                                                         "theme": data.get("theme"), "options": options},
+                                                         "theme": data.get("theme"), "options": options,
+                                                         "variation": data.get("regeneration")},
                                key, seconds_left)
     return GenerateRequest("audio", data["text"], {"model": data["model"], "voice": data["voice"],
                                                    "locale": data["locale"], "options": options}, key, seconds_left)

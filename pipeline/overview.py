@@ -18,6 +18,7 @@ from typing import Iterable
 import psycopg
 
 from pipeline import db
+from pipeline.core.compare import Side, compare
 from pipeline.core.errors import NotFound
 from pipeline.core.records import extension
 from pipeline.core.states import TaskStatus
@@ -37,6 +38,8 @@ def progress(counts: dict[str, int]) -> dict:
             "counts": {s: counts[s] for s in STATUS_ORDER if counts.get(s)}}
 
 
+# A reviewer's decisions about a version, on its history (pipeline.review); the latest is where it stands.
+REVIEW_DECISIONS = ("approved", "rejected", "changes_requested", "approval_withdrawn")
 FINISHED = ("complete", "failed", "cancelled", "superseded")   # nothing moves on without a person's action
 
 
@@ -66,14 +69,24 @@ def version_status(tasks: Iterable[tuple[str, str]], cancel_requested: bool = Fa
     return "in_progress"
 
 
-def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0) -> dict:
+def like_pattern(query: str | None) -> str | None:
+    """An ILIKE pattern that finds `query` anywhere, its own % and _ taken literally; None for no search. Pure."""
+    query = (query or "").strip()
+    if not query:
+        return None
+    return "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None) -> dict:
+    """Contents, newest first, a page at a time; `query` searches titles and the current version's text."""
+    pattern = like_pattern(query)
     with conn.transaction():
-        rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset})
-        total = db.scalar(conn, "contents_count")
+        rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset, "pattern": pattern})
+        total = db.scalar(conn, "contents_count", {"pattern": pattern})
     items = [{"id": r["id"], "title": r["title"], "locale": r["locale"], "theme": r["theme"],
               "current_version": r["current_version"], "approved_version": r["approved_version"],
               "updated_at": r["updated_at"], "progress": progress(r["counts"])} for r in rows]
-    return {"items": items, "total": total, "limit": limit, "offset": offset}
+    return {"items": items, "total": total, "limit": limit, "offset": offset, "query": (query or "").strip() or None}
 
 
 def content(conn: psycopg.Connection, content_id: int) -> dict:
@@ -137,6 +150,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
     blocks = [{**b, "image": by_block.get(("image", b["key"])), "audio": by_block.get(("tts", b["key"]))}
               for b in row["blocks"]]
     blockers = approval_blockers(docs, version=number, approved_version=head["approved_version"])
+    decisions = [e for e in by_task.get(None, []) if e["action"] in REVIEW_DECISIONS]
     return {"content_id": content_id, "version": number, "title": row["title"], "locale": row["locale"],
             "theme": row["theme"], "saved_by": row["saved_by"], "saved_at": row["saved_at"],
             "deadline_at": row["deadline_at"], "priority": row["lane"], "current_version": head["current_version"],
@@ -148,7 +162,21 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
             "bundle": by_block.get(("bundle", None)), "approvable": not blockers, "approval_blockers": blockers,
             "running": any(t["status"] in ("ready", "running", "retry") for t in docs),
-            "events": by_task.get(None, []), "spend": summarise_spend(calls)}
+            "events": by_task.get(None, []), "spend": summarise_spend(calls),
+            "review": decisions[-1] if decisions else None}
+
+
+def versions_compared(conn: psycopg.Connection, content_id: int, old: int, new: int) -> dict:
+    """Two versions of a content side by side (pipeline.core.compare), in one read transaction."""
+    sides = []
+    with conn.transaction():
+        for number in (old, new):
+            row = db.one(conn, "versions_get", {"content_id": content_id, "version": number})
+            if row is None:
+                raise NotFound(f"content {content_id} has no version {number}")
+            tasks = db.all(conn, "tasks_of_version_with_cost", {"content_id": content_id, "version": number})
+            sides.append(Side(number, row["title"], row["locale"], row["theme"], row["blocks"], tasks))
+    return {"content_id": content_id, **compare(*sides)}
 
 
 def _money(value: Decimal | float | int | None) -> float:
@@ -196,6 +224,16 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
                                          "latency_ms", "at")} | {"cost": _money(c["cost"]),
                                                                   "accepted_by": c["consented_by"]} for c in calls],
             "receipts": book.of_task(task_id)}
+
+
+def task_brief(conn: psycopg.Connection, task_id: int) -> dict:
+    """A task's place and state, without its history (the regeneration's confirmation)."""
+    row = db.one(conn, "tasks_get_for_view", {"task_id": task_id})
+    if row is None:
+        raise NotFound(f"task {task_id} does not exist")
+    return {"id": row["id"], "content_id": row["content_id"], "version": row["version"], "title": row["title"],
+            "kind": row["kind"], "block": row["block_key"], "status": row["status"], "sha256": row["asset_sha256"],
+            "input": row["input"], "is_current": row["version"] == row["current_version"]}
 
 
 def task_place(conn: psycopg.Connection, task_id: int) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""Decisions people make about versions and tasks: approve, retry, resolve, and the delivery gate.
+"""Decisions people make about versions and tasks: approve, reject or ask for changes, withdraw an
+approval, retry, resolve, and the delivery gate.
 
 Each action is one short transaction around a guarded UPDATE (`... WHERE <expected
 state> RETURNING`): zero rows means someone else changed the row first, and the
@@ -79,6 +80,56 @@ def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: s
     return Approval(content_id, version, row["approved_at"], row["approved_by"])
 
 
+DECISIONS = ("rejected", "changes_requested")
+
+
+def _version_locked(conn: psycopg.Connection, content_id: int, version: int) -> dict:
+    content = db.one(conn, "contents_lock", {"content_id": content_id})
+    if content is None or db.one(conn, "versions_get", {"content_id": content_id, "version": version}) is None:
+        raise NotFound(f"content {content_id} has no version {version}")
+    return content
+
+
+def decide(conn: psycopg.Connection, content_id: int, version: int, decision: str, note: str, *,
+           actor: str) -> dict:
+    """A reviewer rejects a version or asks for changes, with a note, recorded on the version's history.
+
+    Refused (409 `version_approved`) for the approved version: withdraw its approval first, so the
+    delivery never serves a version whose last word is a rejection.
+    """
+    if decision not in DECISIONS:
+        raise ValueError(f"decision must be one of {DECISIONS}")
+    with conn.transaction():
+        content = _version_locked(conn, content_id, version)
+        if content["approved_version"] == version:
+            raise Conflict(f"version {version} is approved and delivered; withdraw its approval first, then "
+                           f"{'reject it' if decision == 'rejected' else 'ask for changes'}",
+                           code="version_approved", details={"approved_version": version})
+        words = "rejected" if decision == "rejected" else "changes requested"
+        _event(conn, {"content_id": content_id, "version": version}, decision, actor=actor, to_status=None,
+               from_status=None, reason=note[:2000], details={"decision": decision, "summary": f"version {version} "
+                                                               f"{words}"})
+    return {"content_id": content_id, "version": version, "decision": decision, "note": note, "by": actor}
+
+
+def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str, *, actor: str) -> dict:
+    """A reviewer withdraws the approval of the approved version: the delivery answers 409 with the note.
+
+    The version's approval stamp is cleared (a later approval stamps it anew); the events keep both.
+    """
+    with conn.transaction():
+        content = _version_locked(conn, content_id, version)
+        if content["approved_version"] != version:
+            raise Conflict(f"version {version} is not the approved version "
+                           f"({content['approved_version'] or 'none is'}); nothing to withdraw",
+                           code="not_approved", details={"approved_version": content["approved_version"]})
+        if db.one(conn, "contents_withdraw_approval", {"content_id": content_id, "version": version}) is None:
+            raise Conflict(f"version {version} changed while withdrawing; reload and try again", code="stale")
+        _event(conn, {"content_id": content_id, "version": version}, "approval_withdrawn", actor=actor,
+               to_status=None, from_status=None, reason=note[:2000], details={"decision": "approval_withdrawn"})
+    return {"content_id": content_id, "version": version, "withdrawn_by": actor, "note": note}
+
+
 def _task_for_action(conn: psycopg.Connection, task_id: int, target: TaskStatus) -> dict:
     task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
     if task is None:
@@ -156,9 +207,17 @@ def delivery(conn: psycopg.Connection, content_id: int) -> dict:
             raise NotFound(f"content {content_id} does not exist")
         version = content["approved_version"] or content["current_version"]
         rows = db.all(conn, "tasks_of_version", {"content_id": content_id, "version": version})
-        blockers = delivery_blockers(content["approved_version"], content["current_version"], rows)
+        withdrawn = None
+        if content["approved_version"] is None:
+            last = db.one(conn, "events_last_version_decision", {"content_id": content_id})
+            if last is not None and last["action"] == "approval_withdrawn":
+                withdrawn = {"version": last["version"], "by": last["actor"], "at": last["at"].isoformat(),
+                             "note": last["reason"]}
+        blockers = delivery_blockers(content["approved_version"], content["current_version"], rows, withdrawn)
         if blockers.reasons:
-            raise Conflict(f"content {content_id} cannot be delivered yet: {', '.join(blockers.reasons)}",
+            why = (f"; the approval of version {withdrawn['version']} was withdrawn by {withdrawn['by']}: "
+                   f"{withdrawn['note']}") if withdrawn else ""
+            raise Conflict(f"content {content_id} cannot be delivered yet: {', '.join(blockers.reasons)}{why}",
                            code="not_deliverable", details=blockers.as_dict())
         doc = bundle.manifest(conn, content_id, version)
     package = next(t for t in rows if t["kind"] == "bundle")

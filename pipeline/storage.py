@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from pipeline.core.records import content_disposition
 from pipeline.settings import Settings, StorageSettings
 from receipts.calls import ReceiptBook
 from receipts.media import MediaStore
@@ -72,6 +73,6 @@ def presigned_asset_url(cfg: Settings, sha256: str, *, media_type: str, cache_co
         return None
     store = objects(cfg)
     assert isinstance(store, S3Objects)
-    disposition = f'attachment; filename="{download_name}"' if download_name else None
+    disposition = content_disposition("attachment", download_name) if download_name else None
     return store.presigned_get(MediaStore.key(sha256), s.redirect_seconds, media_type=media_type,
                                cache_control=cache_control, disposition=disposition)

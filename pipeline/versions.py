@@ -14,9 +14,10 @@ from psycopg.types.json import Jsonb
 
 from pipeline import db, tasks, lanes
 from pipeline.overview import FINISHED, version_status
-from pipeline.core.content import Draft, ProviderInfo, plan_tasks, stamped
+from pipeline.core.content import Draft, ProviderInfo, carry_regenerations, check_speakable, plan_tasks, stamped
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
+from providers.registry import SPEECH_LOCALES
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,13 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/lanes.py.
     """
     lane = lanes.parse_priority(lane)
+    check_speakable(draft.locale, SPEECH_LOCALES.get(cfg.tts.backend, ()))
     request_digest = draft.digest if content_id is None else f"{content_id}:{base_version}:{draft.digest}"
     if lane != lanes.INTERACTIVE:   # the lane is part of the request an Idempotency-Key stands for
         request_digest += f"|lane={lane}"
+    if content_id is not None and base_version is not None:   # regenerated media stay regenerated
+        base = db.one(conn, "versions_get", {"content_id": content_id, "version": base_version})
+        draft = carry_regenerations(draft, base["blocks"]) if base else draft
     plan = plan_tasks(draft, provider_info(cfg))
     if len(plan) > lanes.admission_limit(cfg, lane):
         raise InvalidInput(f"this content needs {len(plan)} tasks but at most {lanes.admission_limit(cfg, lane)} "

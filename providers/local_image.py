@@ -213,9 +213,11 @@ def card_font(size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(str(FONT_PATH), size, layout_engine=ImageFont.Layout.BASIC)
 
 
-def render_card(prompt: str, width: int, height: int, font_for: FontFor = card_font) -> Image.Image:
-    """Draw the card for `prompt`; a pure function of its arguments."""
-    rng = seeded_rng(prompt)
+def render_card(prompt: str, width: int, height: int, font_for: FontFor = card_font,
+                variation: str | None = None) -> Image.Image:
+    """Draw the card for `prompt`; a pure function of its arguments. A `variation` (a regeneration's nonce)
+    gives the same prompt another look."""
+    rng = seeded_rng(prompt if not variation else f"{prompt}\x00{variation}")
     colours = palette(rng)
     card = _background(width, height, colours, rng)
     card = _shapes(card, colours, rng)
@@ -260,7 +262,7 @@ class LocalImageProvider(LocalProvider):
         prompt = check_prompt(request.text)
         width, height = parse_size(request.params.get("size") or self.size)
         started = time.perf_counter()
-        data = encode_webp(render_card(prompt, width, height))
+        data = encode_webp(render_card(prompt, width, height, variation=request.params.get("variation")))
         metadata = {
             "width": width, "height": height, "model": self.model,
             "render_ms": round((time.perf_counter() - started) * 1000, 1),

@@ -18,6 +18,9 @@ from .errors import Permanent, ProviderConfigError
 from .urls import UnsafeBaseURL, check_scheme
 
 BACKENDS = ("local", "openai")
+# The languages each speech backend can speak, as locale prefixes; empty: any (the model reads the text's
+# own language). eSpeak NG here speaks Mandarin and English (providers/local_tts.py routes them).
+SPEECH_LOCALES: dict[str, tuple[str, ...]] = {"local": ("zh", "cmn", "en"), "openai": ()}
 
 
 @dataclass(frozen=True)

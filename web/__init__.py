@@ -47,7 +47,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     app.json = JSONProvider(app)
     app.config["SETTINGS"] = cfg
     from web import api, db, errors, health, i18n, inputs, media, metrics, openapi, present, security, sessions, ui
-    from web import api_tasks, spend, ui_actions  # noqa: F401 - their views join the api and ui blueprints
+    from web import api_review, api_tasks, spend, ui_actions, ui_review  # noqa: F401 - their views join the api and ui blueprints
     security.init_app(app, cfg.trusted_proxies)
     sessions.init_app(app)
     db.init_app(app)

@@ -68,8 +68,9 @@ def _save(content_id: int | None) -> Response:
 def list_contents():
     limit = request.args.get("limit", 50, type=int)
     offset = request.args.get("offset", 0, type=int)
+    query = inputs.search_query()
     return jsonify(overview.contents_list(get_conn(), limit=max(1, min(limit, 200)),
-                                          offset=max(0, min(offset, 10**9))))
+                                          offset=max(0, min(offset, 10**9)), query=query))
 
 
 @bp.post("/contents")

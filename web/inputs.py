@@ -136,3 +136,15 @@ def text(body: dict, name: str, limit: int) -> str:
     if len(value) > limit:
         raise InvalidInput(f"{name} is {len(value)} characters; the limit is {limit}", field=name)
     return value.strip()
+
+
+MAX_QUERY = 200
+
+
+def search_query() -> str | None:
+    """The `q` of a search (contents list): at most MAX_QUERY characters of storable text."""
+    query = request.args.get("q", "").strip()
+    if len(query) > MAX_QUERY:
+        raise InvalidInput(f"q is {len(query)} characters; the limit is {MAX_QUERY}", field="q")
+    check_storable(query, "q")
+    return query or None

@@ -24,11 +24,13 @@ import math
 import re
 import time
 from datetime import datetime, timezone
+from urllib.parse import urlencode
 
 from flask import Blueprint, Response, abort, redirect, request, send_file, url_for
 
 from pipeline import db, storage
-from pipeline.core.records import extension
+from pipeline.core.content import download_name as content_download_name
+from pipeline.core.records import content_disposition, extension
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
 from web.errors import Problem
@@ -90,7 +92,7 @@ def get(sha256: str) -> Response:
     if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")
     cache = PRIVATE if left is None else f"public, max-age={left}, immutable"
-    name = f"{sha256[:16]}.{extension(asset['media_type'])}"
+    name = download_name(asset["media_type"]) or f"{sha256[:16]}.{extension(asset['media_type'])}"
     attach = asset["media_type"] == "application/zip"
     url = storage.presigned_asset_url(settings(), sha256, media_type=asset["media_type"], cache_control=cache,
                                       download_name=name if attach else None)
@@ -105,6 +107,20 @@ def get(sha256: str) -> Response:
         response.vary.add("Cookie")
         response.vary.add(HEADER)
     return response
+
+
+_NAME = re.compile(r"^[\w.-]{1,120}$")
+
+
+def download_name(media_type: str) -> str | None:
+    """The `name` a link asks the file to be saved as (`<title>-v<version>.zip`, pipeline.core.content.download_name):
+    only letters, digits, '.', '-' and '_'; the extension is always the asset's own. None without one, 404 otherwise."""
+    name = request.args.get("name")
+    if name is None:
+        return None
+    if not _NAME.match(name) or name.startswith("."):
+        abort(404, description="no such media")
+    return f"{name.rsplit('.', 1)[0]}.{extension(media_type)}"
 
 
 def _send(sha256: str, asset: dict, name: str, attach: bool) -> Response:
@@ -123,18 +139,20 @@ def _send(sha256: str, asset: dict, name: str, attach: bool) -> Response:
     response = Response(chunks, mimetype=asset["media_type"], direct_passthrough=True)
     response.content_length = asset["size"]
     response.set_etag(sha256)
-    response.headers["Content-Disposition"] = f'{"attachment" if attach else "inline"}; filename="{name}"'
+    response.headers["Content-Disposition"] = content_disposition("attachment" if attach else "inline", name)
     return response.make_conditional(request)
 
 
 def sign_delivery(doc: dict) -> dict:
-    """The delivery manifest with signed, expiring links to its media and bundle."""
+    """The delivery manifest with signed, expiring links to its media and bundle (saved as `<title>-v<version>.zip`)."""
     expires = link_expiry()
     for block in doc["blocks"]:
         for label in ("image", "audio"):
             if block[label].get("sha256"):
                 block[label]["url"] = signed_url(block[label]["sha256"], expires)
     if doc["bundle"].get("sha256"):
-        doc["bundle"]["url"] = signed_url(doc["bundle"]["sha256"], expires)
+        doc["bundle"]["file_name"] = content_download_name(doc["title"], doc["version"])
+        doc["bundle"]["url"] = signed_url(doc["bundle"]["sha256"], expires) + "&" + urlencode(
+            {"name": doc["bundle"]["file_name"]})
     doc["urls_expire_at"] = datetime.fromtimestamp(expires, timezone.utc)
     return doc

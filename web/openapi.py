@@ -151,7 +151,93 @@ SCHEMAS = {
         "theme": {"enum": themes(), "description": "a built-in lesson, by its Chinese or English name"},
         "scenario": {"enum": list(SCENARIOS)},
         "locale": {"enum": ["zh-CN", "en-US"]}}},
+    "NoteInput": {"type": "object", "required": ["note"], "properties": {
+        "note": {"type": "string", "minLength": 1, "maxLength": 2000, "description": "why; kept on the history"}}},
+    "Decision": {"type": "object", "properties": {
+        "content_id": {"type": "integer"}, "version": {"type": "integer"},
+        "decision": {"enum": ["rejected", "changes_requested"]}, "note": {"type": "string"}, "by": {"type": "string"}}},
+    "Withdrawn": {"type": "object", "properties": {
+        "content_id": {"type": "integer"}, "version": {"type": "integer"}, "withdrawn_by": {"type": "string"},
+        "note": {"type": "string"}, "delivery_url": {"type": "string"}}},
+    "RegenerateInput": {"type": "object", "required": ["accept_new_charge", "reason"], "properties": {
+        "accept_new_charge": {"type": "boolean", "description": "true: a new paid call is made although the same "
+                                                                "input has an asset (409 without)"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 2000}}},
+    "Regenerated": {"allOf": [ref("Accepted"), {"type": "object", "properties": {
+        "task_id": {"type": "integer"}, "replaced_task_id": {"type": "integer"},
+        "replaced_sha256": {"type": "string"}, "estimated_cost": {"type": "number"}}}]},
+    "Comparison": {"type": "object", "properties": {
+        "from_version": {"type": "integer"}, "to_version": {"type": "integer"},
+        "changed_fields": OBJECT, "block_counts": OBJECT, "media_counts": OBJECT, "cost": OBJECT,
+        "blocks": {"type": "array", "items": {"type": "object", "properties": {
+            "key": {"type": "string"}, "change": {"enum": ["added", "removed", "changed", "unchanged"]},
+            "text_diff": {"type": "array", "items": {"type": "object", "properties": {
+                "op": {"enum": ["equal", "delete", "insert"]}, "text": {"type": "string"}}}}}}},
+        "media": {"type": "array", "items": {"type": "object", "properties": {
+            "block": {"type": "string"}, "kind": {"enum": ["image", "tts"]},
+            "change": {"enum": ["reused", "new", "superseded"]}, "regenerated": {"type": "boolean"},
+            "from": {"type": ["object", "null"]}, "to": {"type": ["object", "null"]}}}}}},
+    "Attention": {"type": "object", "properties": {
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "problem": {"enum": ["unknown", "failed", "budget", "stuck"]},
+            "actions": {"type": "array", "items": {"enum": ["retry_with_consent", "resolve_failed", "retry",
+                                                             "cancel_version"]}}}}},
+        "counts": OBJECT, "total": {"type": "integer"}}},
+    "BulkInput": {"type": "object", "required": ["task_ids"], "properties": {
+        "task_ids": {"type": "array", "minItems": 1, "maxItems": 200, "items": {"type": "integer"}},
+        "note": {"type": "string", "maxLength": 2000, "description": "required to resolve"}}},
+    "BulkResult": {"type": "object", "properties": {
+        "done": {"type": "array", "items": {"type": "integer"}},
+        "refused": {"type": "array", "items": {"type": "object", "properties": {
+            "task_id": {"type": "integer"}, "code": {"type": "string"}, "message": {"type": "string"}}}}}},
 }
+
+
+def query(name: str, schema: dict, text: str) -> dict:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": text}
+
+
+PAGING = [query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "items per page"),
+          query("offset", {"type": "integer", "minimum": 0, "default": 0}, "items to skip")]
+
+
+def review_paths() -> dict:
+    """The review workflow: compare, decisions, regenerate, the attention list."""
+    version = [CONTENT, VERSION]
+    decision = {"200": body(ref("Decision")), **errors(400, 404, 409, 422)}
+    return {
+        "/api/contents/{content_id}/compare": {"get": op(
+            "Two versions side by side: blocks added, removed, changed (text diff), media reused, new or superseded, "
+            "each side's cost", {"200": body(ref("Comparison")), **errors(404, 422)}, params=[
+                CONTENT, query("from", {"type": "integer", "minimum": 1}, "default: the version before `to`"),
+                query("to", {"type": "integer", "minimum": 1}, "default: the current version")])},
+        "/api/contents/{content_id}/versions/{version}/reject": {"post": op(
+            "Reject a version with a note (reviewer; 409 for the approved version)", decision, params=version,
+            request=ref("NoteInput"))},
+        "/api/contents/{content_id}/versions/{version}/request-changes": {"post": op(
+            "Ask for changes to a version with a note (reviewer; 409 for the approved version)", decision,
+            params=version, request=ref("NoteInput"))},
+        "/api/contents/{content_id}/versions/{version}/withdraw": {"post": op(
+            "Withdraw the approval of the approved version (reviewer): delivery answers 409 with the note",
+            {"200": body(ref("Withdrawn")), **errors(400, 404, 409, 422)}, params=version, request=ref("NoteInput"))},
+        "/api/tasks/{task_id}/regenerate": {"post": op(
+            "Regenerate a succeeded image or narration: a new paid call in a new version, recorded",
+            {"202": body(ref("Regenerated"), "Accepted: poll the Location", LOCATION),
+             **errors(400, 404, 409, 422, 429, 503)}, params=[TASK], tag="tasks", request=ref("RegenerateInput"))},
+        "/api/attention": {"get": op(
+            "Tasks that need a person across all contents, with the actions each allows",
+            {"200": body(ref("Attention")), **errors(422)}, tag="tasks", params=[
+                query("problem", {"enum": ["unknown", "failed", "budget", "stuck"]}, "only this problem"),
+                query("kind", {"enum": ["image", "tts", "bundle"]}, "only this kind"),
+                query("content_id", {"type": "integer", "minimum": 1}, "only this content"), *PAGING])},
+        "/api/attention/retry": {"post": op(
+            "Retry failed tasks in bulk, all or none (503 over capacity); unknown ones are refused (needs_consent)",
+            {"200": body(ref("BulkResult")), **errors(400, 422, 503)}, tag="tasks", request=ref("BulkInput"))},
+        "/api/attention/resolve": {"post": op(
+            "Close unknown tasks as failed in bulk, with one note", {"200": body(ref("BulkResult")),
+                                                                      **errors(400, 422)},
+            tag="tasks", request=ref("BulkInput"))},
+    }
 
 
 def paths() -> dict:
@@ -159,7 +245,10 @@ def paths() -> dict:
     accepted = {"202": body(ref("Accepted"), "Accepted: poll the Location", LOCATION)}
     return {
         "/api/contents": {
-            "get": op("List content items with progress", {"200": body(ref("ContentList"))}),
+            "get": op("List content items with progress, newest first; `q` searches titles and text",
+                      {"200": body(ref("ContentList")), **errors(422)},
+                      params=[query("q", {"type": "string", "maxLength": 200}, "words in the title or the current "
+                                                                                "version's text"), *PAGING]),
             "post": op("Create a content item (version 1)", {**accepted, **errors(400, 413, 422, 429, 503)},
                        request=ref("ContentInput"), params=[IDEMPOTENCY])},
         "/api/contents/{content_id}": {
@@ -211,7 +300,9 @@ def paths() -> dict:
                                  {"name": "expires", "in": "query", "required": False,
                                   "schema": {"type": "string", "pattern": "^[0-9]{1,12}$"}},
                                  {"name": "signature", "in": "query", "required": False,
-                                  "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}]),
+                                  "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+                                 query("name", {"type": "string", "pattern": "^[\\w.-]{1,120}$"},
+                                       "the file name to save as (its extension is always the asset's own)")]),
             "security": [{"apiKey": []}, {}]}},
         "/metrics": {"get": {**op("Prometheus metrics read from PostgreSQL", {"200": {
             "description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
@@ -230,7 +321,7 @@ def document() -> dict:
                      "description": "Editors save content; images and narration are made by paid providers; "
                                     "reviewers approve; integrators fetch the delivery. Errors are "
                                     "{\"error\": {\"code\", \"message\"}}."},
-            "paths": paths(),
+            "paths": {**paths(), **review_paths()},
             "components": {"schemas": SCHEMAS,
                            "securitySchemes": {"apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
                                                "metricsToken": {"type": "http", "scheme": "bearer"}}}}

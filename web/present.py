@@ -14,7 +14,8 @@ from flask_babel import format_datetime, format_decimal, format_time, format_tim
 from flask_babel import lazy_gettext as _l
 from markupsafe import Markup
 
-from web.words import action_words, blocker_words, code_words, outcome_words, role_words, scenario_words, state_name
+from web.words import (action_words, attention_action_words, blocker_words, change_words, code_words, outcome_words,
+                       problem_words, role_words, scenario_words, state_name)
 
 STATUS_WORDS = {
     "ready": _l("waiting"), "running": _l("working"), "retry": _l("will retry"), "unknown": _l("outcome unknown"),
@@ -109,5 +110,6 @@ def init_app(app: Flask) -> None:
                                  seconds_until=seconds_until, money=money, number=number, seconds=seconds,
                                  milliseconds=milliseconds, code_words=code_words, role_words=role_words,
                                  outcome_words=outcome_words, action_words=action_words, blocker_words=blocker_words,
-                                 scenario_words=scenario_words, state_name=state_name,
+                                 scenario_words=scenario_words, state_name=state_name, change_words=change_words,
+                                 problem_words=problem_words, attention_action_words=attention_action_words,
                                  kind_words=lambda k: KIND_WORDS.get(k, k))

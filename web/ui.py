@@ -14,15 +14,17 @@ from flask_babel import gettext
 from werkzeug.wrappers import Response
 
 from pipeline import demo, keys, overview, review, storage
-from pipeline.core.content import LIMITS
+from pipeline.core.content import LIMITS, download_name
 from pipeline.core.errors import Conflict
 from web import i18n
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings
+from web.inputs import search_query
 from web.media import sign_delivery
 
 bp = Blueprint("ui", __name__)
 PUBLIC = {"ui.signin", "ui.signin_post"}
+PAGE_SIZE = 50
 
 
 @bp.before_request
@@ -78,7 +80,9 @@ def signout():
 
 @bp.get("/")
 def contents():
-    page = overview.contents_list(get_conn(), limit=100)
+    offset = request.args.get("offset", 0, type=int)
+    page = overview.contents_list(get_conn(), limit=PAGE_SIZE, offset=max(0, min(offset, 10**9)),
+                                  query=search_query())
     return render_template("contents.html", page=page, themes=demo.themes(), scenarios=list(demo.SCENARIOS))
 
 
@@ -105,7 +109,9 @@ def edit_content(content_id: int):
 
 
 def _board(content_id: int, version: int) -> dict:
-    return overview.version(get_conn(), content_id, version)
+    doc = overview.version(get_conn(), content_id, version)
+    doc["download_name"] = download_name(doc["title"], version)
+    return doc
 
 
 @bp.get("/contents/<id:content_id>/versions/<ver:version>")

@@ -34,6 +34,11 @@ CODE_WORDS = {
     "version_cancelled": _l("This version was cancelled; save a new version to run it again"),
     "nothing_to_cancel": _l("This version has nothing left to cancel; nothing was changed"),
     "not_deliverable": _l("Nothing can be delivered yet"),
+    "version_approved": _l("This version is approved; withdraw its approval first"),
+    "not_approved": _l("This version is not the approved one; there is no approval to withdraw"),
+    "not_regenerable": _l("Only a succeeded image or narration can be regenerated"),
+    "new_charge_unconfirmed": _l("A regeneration is a new paid call, so it needs your explicit consent"),
+    "needs_consent": _l("An unknown outcome is retried only on its own page, with your consent"),
     "scenario_unavailable": _l("This demo scenario needs the local image provider"),
     # capacity and limits
     "over_capacity": _l("The system is at capacity; nothing was saved, try again shortly"),
@@ -69,7 +74,19 @@ ACTION_WORDS = {   # the English words are the action's own name, as the pages a
     "duplicate_risk_accepted": _l("duplicate risk accepted"), "manual_retry": _l("manual retry"),
     "resolved_failed": _l("resolved failed"), "approve": _l("approve"), "approved": _l("approved"),
     "cancel": _l("cancel"), "cancelled": _l("cancelled"), "superseded": _l("superseded"),
+    "rejected": _l("rejected"), "changes_requested": _l("changes requested"),
+    "approval_withdrawn": _l("approval withdrawn"), "regenerated": _l("regenerated"),
 }
+# How a block or a media changed between two versions (pipeline.core.compare).
+CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("changed"),
+                "unchanged": _l("unchanged"), "reused": _l("reused"), "new": _l("new"),
+                "superseded": _l("superseded")}
+# What needs a person (pipeline.attention), and what they may do about it.
+PROBLEM_WORDS = {"unknown": _l("outcome unknown"), "failed": _l("failed"), "budget": _l("paused by a budget"),
+                 "stuck": _l("past its deadline")}
+ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible second charge"),
+                          "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
+                          "cancel_version": _l("cancel the version, or raise the budget")}
 SCENARIO_WORDS = {
     "media_timeout": _l("an image call fails before it reaches the provider"),
     "provider_unknown": _l("the provider does the work but the answer is lost"),
@@ -146,3 +163,15 @@ def refusal(prefix: str, exc: Exception) -> str:
     code = code_of(exc)
     return gettext("%(prefix)s: %(words)s. Details: %(detail)s", prefix=prefix, words=code_words(code),
                    detail=str(exc))
+
+
+def change_words(change: str | None) -> str:
+    return str(CHANGE_WORDS.get(change or "", change or ""))
+
+
+def problem_words(problem: str | None) -> str:
+    return str(PROBLEM_WORDS.get(problem or "", problem or ""))
+
+
+def attention_action_words(action: str | None) -> str:
+    return str(ATTENTION_ACTION_WORDS.get(action or "", action or ""))

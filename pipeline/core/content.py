@@ -31,9 +31,19 @@ class Block:
     key: str
     text: str
     image_prompt: str | None = None
+    # A deliberate new paid call for this block's media, by kind ("image", "tts"): a nonce that joins the
+    # input fingerprint, so the reuse rule cannot answer it with the old asset. Set only by a regeneration
+    # and carried to later versions while the block's input stays the same (pipeline/regenerate.py).
+    regeneration: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict:
-        return {"key": self.key, "text": self.text, "image_prompt": self.image_prompt}
+        doc = {"key": self.key, "text": self.text, "image_prompt": self.image_prompt}
+        if self.regeneration:   # absent otherwise, so digests of ordinary blocks stay as they were
+            doc["regeneration"] = dict(self.regeneration)
+        return doc
+
+    def nonce(self, kind: str) -> str | None:
+        return dict(self.regeneration).get(kind)
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,9 @@ def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
                  "size": providers.image_size, "prompt": block.image_prompt or block.text, "theme": draft.theme}
         speech = {"kind": "audio", "provider": providers.tts_provider, "model": providers.tts_model,
                   "voice": providers.tts_voice, "locale": draft.locale, "text": block.text}
+        for data, kind in ((image, "image"), (speech, "tts")):
+            if block.nonce(kind):
+                data["regeneration"] = block.nonce(kind)
         if providers.image_options:
             image["options"] = dict(providers.image_options)
         if providers.tts_options:
@@ -158,3 +171,56 @@ def stamped(task: PlannedTask, content_id: int, version: int) -> PlannedTask:
         return task
     data = {**task.input, "content_id": content_id, "version": version}
     return PlannedTask(task.kind, task.block_key, data, digest(data), task.depends_on)
+
+
+def with_regeneration(block: Block, kind: str, nonce: str) -> Block:
+    """The block asking for a new paid call for its `kind` of media."""
+    marks = {**dict(block.regeneration), kind: nonce}
+    return Block(block.key, block.text, block.image_prompt, tuple(sorted(marks.items())))
+
+
+def block_from_snapshot(raw: Mapping) -> Block:
+    """A block as a version's snapshot stores it (already validated when it was saved)."""
+    marks = raw.get("regeneration") or {}
+    return Block(raw["key"], raw["text"], raw.get("image_prompt"), tuple(sorted(marks.items())))
+
+
+def carry_regenerations(draft: Draft, base_blocks: list[Mapping]) -> Draft:
+    """A new draft keeps the regenerations of the base version's blocks whose media input it keeps.
+
+    Without this, editing one block would send every regenerated block of the others back to the asset
+    the editor rejected: the same text again means the old fingerprint, and so the old picture.
+    """
+    base = {b["key"]: block_from_snapshot(b) for b in base_blocks}
+    blocks = []
+    for block in draft.blocks:
+        old = base.get(block.key)
+        marks = {}
+        if old is not None and not block.regeneration:
+            if old.nonce("image") and (old.image_prompt or old.text) == (block.image_prompt or block.text):
+                marks["image"] = old.nonce("image")
+            if old.nonce("tts") and old.text == block.text:
+                marks["tts"] = old.nonce("tts")
+        blocks.append(Block(block.key, block.text, block.image_prompt, tuple(sorted(marks.items())))
+                      if marks else block)
+    return Draft(draft.title, draft.locale, draft.theme, tuple(blocks))
+
+
+def check_speakable(locale: str, supported: tuple[str, ...]) -> None:
+    """InvalidInput naming `locale` unless the speech provider speaks it; `supported` holds language
+    prefixes ("zh", "en"), and an empty tuple means any language (the provider reads the text itself)."""
+    if not supported:
+        return
+    lang = locale.lower().replace("_", "-")
+    if not any(lang == p or lang.startswith(p + "-") for p in supported):
+        raise InvalidInput(f"locale {locale!r} cannot be spoken by the configured speech provider; "
+                           f"use one of: {', '.join(p + '(-*)' for p in supported)}", field="locale")
+
+
+_UNSAFE = re.compile(r"[^\w.-]+")
+
+
+def download_name(title: str, version: int, extension: str = "zip") -> str:
+    """`<title>-v<version>.<extension>` with only letters (any script), digits, '.', '-' and '_'."""
+    stem = _UNSAFE.sub("-", title).strip("-._")[:80].strip("-._") or "content"
+    return f"{stem}-v{version}.{extension}"

@@ -19,14 +19,21 @@ class Blockers:
     failed: tuple[int, ...] = ()
     cancelled: tuple[int, ...] = ()     # superseded or cancelled: this version will never complete
     reasons: tuple[str, ...] = field(default=())
+    withdrawn: dict | None = None       # the withdrawn approval (version, by, at, note) when that is why
 
     def as_dict(self) -> dict:
-        return {"version": self.version, "reasons": list(self.reasons), "pending": list(self.pending),
-                "unknown": list(self.unknown), "failed": list(self.failed), "cancelled": list(self.cancelled)}
+        doc = {"version": self.version, "reasons": list(self.reasons), "pending": list(self.pending),
+               "unknown": list(self.unknown), "failed": list(self.failed), "cancelled": list(self.cancelled)}
+        if self.withdrawn is not None:
+            doc["withdrawn"] = self.withdrawn
+        return doc
 
 
-def delivery_blockers(approved_version: int | None, current_version: int, rows: Iterable[dict]) -> Blockers:
-    """Why the approved version (or, with none approved, the current one) cannot be delivered. Pure."""
+def delivery_blockers(approved_version: int | None, current_version: int, rows: Iterable[dict],
+                      withdrawn: dict | None = None) -> Blockers:
+    """Why the approved version (or, with none approved, the current one) cannot be delivered. Pure.
+
+    `withdrawn`: with no version approved, the approval last withdrawn (its reason joins the reasons)."""
     groups: dict[str, list[int]] = {"pending": [], "unknown": [], "failed": [], "cancelled": []}
     for task in rows:
         status = TaskStatus(task["status"])
@@ -38,7 +45,9 @@ def delivery_blockers(approved_version: int | None, current_version: int, rows: 
             groups["failed"].append(task["id"])
         elif status is not TaskStatus.SUCCEEDED:
             groups["cancelled"].append(task["id"])
-    reasons = (["not_approved"] if approved_version is None else []) + [k for k, ids in groups.items() if ids]
+    withdrawn = withdrawn if approved_version is None else None
+    reasons = (["not_approved"] if approved_version is None else []) + (["approval_withdrawn"] if withdrawn else []) \
+        + [k for k, ids in groups.items() if ids]
     return Blockers(approved_version or current_version or None, approved_version is None,
                     *(tuple(groups[k]) for k in ("pending", "unknown", "failed", "cancelled")),
-                    reasons=tuple(reasons))
+                    reasons=tuple(reasons), withdrawn=withdrawn)

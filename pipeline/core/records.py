@@ -5,12 +5,22 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import quote
 
 from providers.base import Result
 
 # File extensions of the media types we store, for names in bundles and downloads.
 EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
               "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip"}
+
+
+def content_disposition(kind: str, name: str) -> str:
+    """A Content-Disposition header for a file name of letters, digits, '.', '-' and '_' in any script:
+    an ASCII `filename` for old clients and, when the name is not ASCII, the RFC 6266 `filename*`."""
+    fallback = "".join(ch if ch.isascii() else "_" for ch in name)
+    if fallback == name:
+        return f'{kind}; filename="{name}"'
+    return f"{kind}; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def extension(media_type: str) -> str:

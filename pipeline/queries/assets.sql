@@ -15,12 +15,14 @@ ON CONFLICT (fingerprint) DO NOTHING;
 -- asset_inputs_find: the stored asset an input fingerprint already produced, if any
 SELECT a.* FROM asset_inputs i JOIN assets a ON a.sha256 = i.sha256 WHERE i.fingerprint = %(fingerprint)s;
 
--- assets_stale: assets past retention that no current or approved version uses
+-- assets_stale: assets past retention that no current or approved version uses, and that no regeneration replaced
+-- (an editor's rejected picture stays reachable from its version; index events_replaced_assets)
 SELECT a.sha256 FROM assets a
 WHERE a.created_at < now() - make_interval(days => %(days)s)
   AND NOT EXISTS (SELECT 1 FROM tasks t JOIN contents c ON c.id = t.content_id
                   WHERE t.asset_sha256 = a.sha256
                     AND (t.version = c.current_version OR t.version = c.approved_version))
+  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.action = 'regenerated' AND e.details->>'replaced_sha256' = a.sha256)
 LIMIT %(limit)s;
 
 -- assets_delete: drop an asset from the index (its file is deleted after commit)

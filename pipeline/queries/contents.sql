@@ -71,3 +71,13 @@ SELECT
 -- admission_recent_rate: tasks finished in the last minute, to estimate when capacity frees up
 SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
+
+-- contents_withdraw_approval: the approved version is approved no longer; its stamp is cleared (the events keep it)
+WITH withdrawn AS (
+    UPDATE contents SET approved_version = NULL, updated_at = now()
+    WHERE id = %(content_id)s AND approved_version = %(version)s
+    RETURNING id
+)
+UPDATE versions v SET approved_at = NULL, approved_by = NULL
+FROM withdrawn WHERE v.content_id = withdrawn.id AND v.version = %(version)s
+RETURNING v.content_id, v.version;

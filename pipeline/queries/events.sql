@@ -13,3 +13,10 @@ SELECT * FROM events WHERE task_id = %(task_id)s ORDER BY id;
 -- events_of_version: every event of a version, oldest first (task timelines and version decisions)
 SELECT id, task_id, action, from_status, to_status, actor, attempt, reason, details, at
 FROM events WHERE content_id = %(content_id)s AND version = %(version)s ORDER BY id;
+
+-- events_last_version_decision: a content's latest decision about a version (approved, rejected, changes
+-- requested, approval withdrawn), through the partial index events_version_decisions
+SELECT id, version, action, actor, reason, at FROM events
+WHERE content_id = %(content_id)s AND task_id IS NULL
+  AND action IN ('approved', 'rejected', 'changes_requested', 'approval_withdrawn')
+ORDER BY id DESC LIMIT 1;

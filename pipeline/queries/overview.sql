@@ -1,6 +1,7 @@
 -- Read models: what the pages and the API show, each a join shaped for one view (pipeline/overview.py).
 
--- contents_overview: content items, newest first, with the status counts of their current version
+-- contents_overview: content items, newest first, with the status counts of their current version; with a search
+-- pattern, those whose title or current text or image prompt holds it
 SELECT c.id, c.title, c.locale, c.theme, c.current_version, c.approved_version, c.updated_at,
        coalesce(s.counts, '{}'::jsonb) AS counts, coalesce(s.total, 0) AS total
 FROM contents c
@@ -9,10 +10,18 @@ LEFT JOIN LATERAL (
     FROM (SELECT status, count(*) AS n FROM tasks t
           WHERE t.content_id = c.id AND t.version = c.current_version GROUP BY status) per_status
 ) s ON true
+WHERE %(pattern)s::text IS NULL OR c.title ILIKE %(pattern)s OR EXISTS (
+    SELECT 1 FROM versions v, jsonb_array_elements(v.blocks) b
+    WHERE v.content_id = c.id AND v.version = c.current_version
+      AND (b->>'text' ILIKE %(pattern)s OR b->>'image_prompt' ILIKE %(pattern)s))
 ORDER BY c.id DESC LIMIT %(limit)s OFFSET %(offset)s;
 
--- contents_count: how many content items exist (for paging)
-SELECT count(*) AS n FROM contents;
+-- contents_count: how many content items match the search (all without one), for paging
+SELECT count(*) AS n FROM contents c
+WHERE %(pattern)s::text IS NULL OR c.title ILIKE %(pattern)s OR EXISTS (
+    SELECT 1 FROM versions v, jsonb_array_elements(v.blocks) b
+    WHERE v.content_id = c.id AND v.version = c.current_version
+      AND (b->>'text' ILIKE %(pattern)s OR b->>'image_prompt' ILIKE %(pattern)s));
 
 -- versions_of_content: a content item's versions, newest first
 SELECT version, title, saved_by, saved_at, approved_at, approved_by, cancel_requested_at, cancel_requested_by
@@ -38,3 +47,23 @@ FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 JOIN contents c ON c.id = t.content_id
 WHERE t.id = %(task_id)s;
+
+-- tasks_of_version_with_cost: a version's media tasks with their input and what their calls cost (compare page)
+SELECT t.id, t.kind::text AS kind, t.block_key, t.status::text AS status, t.fingerprint, t.asset_sha256, t.input,
+       coalesce(sum(p.cost), 0)::float AS cost,
+       count(p.id) FILTER (WHERE p.outcome IN ('succeeded', 'ambiguous')) AS paid_calls,
+       coalesce(bool_or(p.outcome = 'reused'), false) AS reused
+FROM tasks t LEFT JOIN provider_calls p ON p.task_id = t.id
+WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND t.kind <> 'bundle'
+GROUP BY t.id ORDER BY t.id;
+
+-- attention_tasks: tasks that need a person (the view tasks_needing_attention), filtered, oldest change first
+SELECT * FROM tasks_needing_attention
+WHERE (%(problem)s::text IS NULL OR problem = %(problem)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(content_id)s::bigint IS NULL OR content_id = %(content_id)s)
+ORDER BY updated_at, id LIMIT %(limit)s OFFSET %(offset)s;
+
+-- attention_counts: how many tasks need a person, per problem, under the same filters but the problem's
+SELECT problem, count(*)::int AS n FROM tasks_needing_attention
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s) AND (%(content_id)s::bigint IS NULL OR content_id = %(content_id)s)
+GROUP BY problem;

@@ -135,3 +135,90 @@ def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_do
     assert bundle.status_code == 200 and bundle.headers["Content-Type"] == "application/zip"
     names = zipfile.ZipFile(io.BytesIO(bundle.content)).namelist()
     assert "manifest.json" in names and len([n for n in names if n.startswith(("image/", "audio/"))]) == 4
+
+
+def api_call(server: str, key: str, method: str, path: str, **kw) -> requests.Response:
+    return requests.request(method, f"{server}{path}", headers={"X-API-Key": key}, timeout=30, **kw)
+
+
+def wait_complete(browser, timeout: float = 90) -> None:
+    browser.wait_for("return document.querySelector('.board-state')?.dataset.running === 'false' && "
+                     "document.querySelectorAll('.chip[data-status=succeeded]').length === "
+                     "document.querySelectorAll('.chip').length", timeout=timeout, message="every task succeeds")
+
+
+def test_a_reviewer_compares_regenerates_rejects_withdraws_and_works_through_the_attention_page(
+        chromium, server, workers, tokens, shots):
+    browser, key = chromium, tokens["admin"]
+    browser.open(f"{server}/signin")
+    browser.type('input[name="api_key"]', key)
+    browser.click('form button[type="submit"]')
+    browser.wait_for("return location.pathname === '/'", timeout=10, message="signed in")
+    # given: a lesson made, then a second version with one block changed
+    lesson = {"title": "校园生活", "locale": "zh-CN", "blocks": [
+        {"key": "b1", "text": "早上七点，我背着书包去学校。"}, {"key": "b2", "text": "下课以后，我们去操场打篮球。"}]}
+    created = api_call(server, key, "POST", "/api/contents", json=lesson).json()
+    browser.open(f"{server}{created['board_url']}")
+    wait_complete(browser)
+    lesson["blocks"][1]["text"] = "下课以后，我们去图书馆看书。"
+    second = api_call(server, key, "PUT", created["content_url"], json={**lesson, "base_version": 1}).json()
+    browser.open(f"{server}{second['board_url']}")
+    wait_complete(browser)
+
+    # compare: the board's button opens v1 -> v2; b2 changed, b1's media reused
+    browser.click("a[data-compare]")
+    browser.wait_for("return document.querySelector('[data-block=b2][data-change=changed] ins') !== null",
+                     timeout=10, message="the compare page marks the changed text")
+    assert browser.script("return document.querySelectorAll('[data-block=b1] [data-media-change=reused]').length") == 2
+    browser.screenshot(shots / "compare.png")
+
+    # regenerate b1's picture: a reason and a tick, then version 3 is made with one new call
+    browser.open(f"{server}{second['board_url']}")
+    browser.click(".chip[data-status=succeeded] a[data-regenerate]")
+    browser.wait_for("return document.querySelector('input[name=accept_new_charge]') !== null", timeout=10,
+                     message="the confirmation page opens")
+    browser.type('input[name="reason"]', "画面太暗，换一张")
+    browser.click('input[name="accept_new_charge"]')
+    browser.screenshot(shots / "regenerate.png")
+    browser.click("button.warn")
+    browser.wait_for("return /\\/versions\\/3$/.test(location.pathname)", timeout=10, message="version 3 opens")
+    wait_complete(browser)
+    assert browser.script("return document.querySelector('[data-regenerated]').innerText").find("画面太暗") >= 0
+    images = [next(t["sha256"] for t in api_call(server, key, "GET", f"{created['content_url']}/versions/{v}").json()
+                   ["tasks"] if (t["kind"], t["block"]) == ("image", "b1")) for v in (2, 3)]
+    assert images[0] != images[1]   # a new picture, and the old one still served
+    assert api_call(server, key, "GET", f"/media/{images[0]}").status_code == 200
+
+    # reject version 3 with a note
+    browser.script("document.querySelector('select[name=decision]').value = 'rejected'")
+    browser.type('form[data-review-form] input[name="note"]', "The second picture does not match the text.")
+    browser.click("form[data-review-form] button")
+    browser.wait_for("return document.querySelector('[data-review=rejected]') !== null", timeout=10,
+                     message="the rejection is on the board")
+    browser.screenshot(shots / "review-decision.png")
+
+    # approve it after all, then withdraw the approval: the delivery says why
+    browser.click("section.approval button.primary")
+    browser.wait_for("return document.body.innerText.includes('Approved by')", timeout=10, message="approved")
+    browser.type('form[data-review-form] input[name="note"]', "The licence of the pictures has expired.")
+    browser.click("form[data-review-form] button")
+    browser.wait_for("return document.querySelector('[data-review=approval_withdrawn]') !== null", timeout=10,
+                     message="the withdrawal is on the board")
+    browser.open(f"{server}/contents/{created['content_id']}/delivery")
+    assert "licence of the pictures" in browser.script("return document.querySelector('[data-withdrawn]').innerText")
+    browser.screenshot(shots / "delivery-withdrawn.png")
+    answer = api_call(server, key, "GET", f"/api/contents/{created['content_id']}/delivery")
+    assert answer.status_code == 409 and "approval_withdrawn" in answer.json()["error"]["details"]["reasons"]
+
+    # the attention page: a demo lesson whose first image is refused for good shows up; retry it from the list
+    job = api_call(server, key, "POST", "/api/jobs", json={"theme": "家庭", "scenario": "permanent_error"}).json()
+    browser.open(f"{server}/attention")
+    browser.wait_for("if (!document.querySelector('[data-problem=failed] input[type=checkbox]')) location.reload();"
+                     "return document.querySelector('tr[data-problem=failed] input[type=checkbox]') !== null",
+                     timeout=60, message="the failed task is listed")
+    browser.screenshot(shots / "attention.png")
+    browser.click("tr[data-problem=failed] input[type=checkbox]")
+    browser.click("button[value=retry]")
+    browser.wait_for("return document.querySelector('.flash.ok') !== null", timeout=10, message="retried")
+    browser.open(f"{server}{job['board_url']}")
+    wait_complete(browser)

@@ -32,3 +32,20 @@ def test_retention_deletes_only_old_assets_no_current_or_approved_version_uses(c
     assert all(store.has(sha) for sha in current | approved)
     left = {r["sha256"] for r in conn.execute("SELECT sha256 FROM assets")}
     assert left == current | approved
+
+
+def test_retention_keeps_an_asset_a_regeneration_replaced(conn, cfg, rt):
+    # given: a made version whose image an editor regenerated, and then every asset past retention
+    from pipeline import regenerate
+    store = MediaStore(cfg.media_dir)
+    first = versions.save(conn, draft(1), cfg, actor="e")
+    run_version(conn, cfg, rt, first)
+    image = conn.execute("SELECT id, asset_sha256 FROM tasks WHERE kind = 'image'").fetchone()
+    made = regenerate.regenerate(conn, image["id"], cfg, actor="e", reason="too dark", accept_new_charge=True)
+    run_version(conn, cfg, rt, made.saved)
+    conn.execute("UPDATE assets SET created_at = now() - interval '400 days'")
+    # when
+    Reconciler(cfg, conn, {}).run()
+    # then: the replaced picture is still there; the version's own older bundle is not
+    assert store.has(image["asset_sha256"])
+    assert conn.execute("SELECT count(*) AS n FROM assets WHERE sha256 = %s", (image["asset_sha256"],)).fetchone()["n"]

@@ -1,0 +1,102 @@
+"""Two versions of a content side by side: blocks added, removed, changed (with a text diff), and per media
+whether the newer side reused the older one's asset, made a new one, or left it behind. Pure: no I/O.
+
+`compare(old, new)` takes each side as a `Side` (its blocks and its media tasks with their cost) and
+returns a document for the API and the compare page. A media row's `change` is
+- `reused`: the same input on both sides, so the same asset without a new call;
+- `new`: an input the older side did not have (a changed or added block, or a regeneration);
+- `superseded`: the older side's media of a block the newer side no longer has.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+MEDIA = ("image", "tts")
+
+
+@dataclass(frozen=True)
+class Side:
+    version: int
+    title: str
+    locale: str
+    theme: str | None
+    blocks: list[dict]
+    tasks: list[dict] = field(default_factory=list)    # id, kind, block_key, status, fingerprint, asset_sha256, cost
+
+
+def text_diff(old: str, new: str) -> list[dict]:
+    """The change from `old` to `new` as segments `{"op": "equal"|"delete"|"insert", "text"}`, by character
+    (Chinese has no spaces between words), merged into runs."""
+    segments: list[dict] = []
+    for op, a0, a1, b0, b1 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if op in ("equal", "delete", "replace") and a1 > a0:
+            segments.append({"op": "equal" if op == "equal" else "delete", "text": old[a0:a1]})
+        if op in ("insert", "replace") and b1 > b0:
+            segments.append({"op": "insert", "text": new[b0:b1]})
+    return segments
+
+
+def _media_side(task: dict | None) -> dict | None:
+    if task is None:
+        return None
+    return {"task_id": task["id"], "status": task["status"], "sha256": task["asset_sha256"],
+            "cost": round(float(task.get("cost") or 0), 6), "paid_calls": int(task.get("paid_calls") or 0),
+            "reused_asset": bool(task.get("reused")), "regeneration": (task.get("input") or {}).get("regeneration")}
+
+
+def _media_row(key: str, kind: str, old: dict | None, new: dict | None) -> dict:
+    if new is None:
+        change = "superseded"
+    elif old is not None and old["fingerprint"] == new["fingerprint"]:
+        change = "reused"
+    else:
+        change = "new"
+    regenerated = bool(new and (new.get("input") or {}).get("regeneration")
+                       and (old is None or (old.get("input") or {}).get("regeneration")
+                            != (new.get("input") or {}).get("regeneration")))
+    return {"block": key, "kind": kind, "change": change, "regenerated": regenerated,
+            "from": _media_side(old), "to": _media_side(new)}
+
+
+def _block_change(old: dict | None, new: dict | None) -> str:
+    if old is None:
+        return "added"
+    if new is None:
+        return "removed"
+    if (old["text"], old.get("image_prompt")) != (new["text"], new.get("image_prompt")):
+        return "changed"
+    return "unchanged"
+
+
+def compare(old: Side, new: Side) -> dict:
+    """What changed from `old` to `new`, block by block and media by media, with each side's cost."""
+    old_blocks = {b["key"]: b for b in old.blocks}
+    new_blocks = {b["key"]: b for b in new.blocks}
+    order = [b["key"] for b in new.blocks] + [k for k in old_blocks if k not in new_blocks]
+    old_tasks = {(t["kind"], t["block_key"]): t for t in old.tasks}
+    new_tasks = {(t["kind"], t["block_key"]): t for t in new.tasks}
+    blocks, media = [], []
+    for key in order:
+        before, after = old_blocks.get(key), new_blocks.get(key)
+        change = _block_change(before, after)
+        row = {"key": key, "change": change, "from": before, "to": after}
+        if change == "changed":
+            row["text_diff"] = text_diff(before["text"], after["text"])
+            row["prompt_diff"] = text_diff(before.get("image_prompt") or "", after.get("image_prompt") or "")
+        blocks.append(row)
+        for kind in MEDIA:
+            if (kind, key) in old_tasks or (kind, key) in new_tasks:
+                media.append(_media_row(key, kind, old_tasks.get((kind, key)), new_tasks.get((kind, key))))
+    counts = {c: sum(1 for b in blocks if b["change"] == c) for c in ("added", "removed", "changed", "unchanged")}
+    media_counts = {c: sum(1 for m in media if m["change"] == c) for c in ("reused", "new", "superseded")}
+    header = {name: {"from": getattr(old, name), "to": getattr(new, name)} for name in ("title", "locale", "theme")
+              if getattr(old, name) != getattr(new, name)}
+    return {"from_version": old.version, "to_version": new.version, "changed_fields": header,
+            "blocks": blocks, "media": media, "block_counts": counts, "media_counts": media_counts,
+            "cost": {"from": _total(old.tasks), "to": _total(new.tasks)}}
+
+
+def _total(tasks: list[dict]) -> float:
+    return round(sum(float(t.get("cost") or 0) for t in tasks), 6)

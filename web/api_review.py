@@ -1,0 +1,125 @@
+"""The JSON API of the review workflow: compare versions, regenerate media, reject or ask for changes,
+withdraw an approval, and the attention list with its bulk actions.
+
+Views parse input, call `pipeline`, and shape the answer; errors become JSON in web.errors.
+"""
+
+from __future__ import annotations
+
+from flask import g, jsonify, request, url_for
+
+from pipeline import attention, overview, regenerate, review
+from pipeline.core.errors import InvalidInput
+from web import inputs
+from web.api import accepted, bp as api_bp, send_fast
+from web.auth import require
+from web.db import get_conn, settings
+
+bp = api_bp   # one "api" blueprint; these views live in their own module to keep modules short
+MAX_NOTE = 2000
+
+
+def version_arg(name: str, default: int | None) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        if default is None or default < 1:
+            raise InvalidInput(f"{name} is required: a version number", field=name)
+        return default
+    if not raw.isdigit() or len(raw) > 9 or int(raw) < 1:
+        raise InvalidInput(f"{name}={raw!r} is not a version number", field=name)
+    return int(raw)
+
+
+def compared(content_id: int) -> dict:
+    """Parse `from` and `to` (default: the current version and the one before it) and compare them."""
+    head = overview.content(get_conn(), content_id)
+    new = version_arg("to", head["current_version"])
+    old = version_arg("from", new - 1)
+    return overview.versions_compared(get_conn(), content_id, old, new)
+
+
+@bp.get("/contents/<id:content_id>/compare")
+@require("read")
+def compare_versions(content_id: int):
+    return jsonify(compared(content_id))
+
+
+def _decision(content_id: int, version: int, decision: str):
+    note = inputs.text(inputs.json_object(), "note", MAX_NOTE)
+    done = review.decide(get_conn(), content_id, version, decision, note, actor=g.principal.owner)
+    return jsonify({**done, "status_url": url_for("api.get_version", content_id=content_id, version=version)})
+
+
+@bp.post("/contents/<id:content_id>/versions/<ver:version>/reject")
+@require("review")
+def reject_version(content_id: int, version: int):
+    return _decision(content_id, version, "rejected")
+
+
+@bp.post("/contents/<id:content_id>/versions/<ver:version>/request-changes")
+@require("review")
+def request_changes(content_id: int, version: int):
+    return _decision(content_id, version, "changes_requested")
+
+
+@bp.post("/contents/<id:content_id>/versions/<ver:version>/withdraw")
+@require("review")
+def withdraw_approval(content_id: int, version: int):
+    note = inputs.text(inputs.json_object(), "note", MAX_NOTE)
+    done = review.withdraw(get_conn(), content_id, version, note, actor=g.principal.owner)
+    return jsonify({**done, "delivery_url": url_for("api.get_delivery", content_id=content_id)})
+
+
+@bp.post("/tasks/<id:task_id>/regenerate")
+@require("edit")
+def regenerate_task(task_id: int):
+    body = inputs.json_object(required=False)
+    accept = inputs.flag(body, "accept_new_charge")
+    reason = inputs.text(body, "reason", MAX_NOTE) if accept or "reason" in body else ""
+    made = regenerate.regenerate(get_conn(), task_id, settings(), actor=g.principal.owner, reason=reason,
+                                 accept_new_charge=accept, key_id=g.principal.key_id)
+    send_fast(made.saved.outbox_ids)
+    return accepted(made.saved, task_id=made.task_id, replaced_task_id=task_id, replaced_sha256=made.replaced_sha256,
+                    estimated_cost=made.estimated_cost, task_url=url_for("api.get_task", task_id=made.task_id))
+
+
+def page_args() -> tuple[int, int]:
+    limit = request.args.get("limit", 50, type=int)
+    offset = request.args.get("offset", 0, type=int)
+    return max(1, min(limit, 200)), max(0, min(offset, 10**9))
+
+
+def attention_filters() -> dict:
+    content = request.args.get("content_id", "")
+    if content and (not content.isdigit() or len(content) > 18):
+        raise InvalidInput(f"content_id={content!r} is not a content id", field="content_id")
+    return {"problem": request.args.get("problem") or None, "kind": request.args.get("kind") or None,
+            "content_id": int(content) if content else None}
+
+
+@bp.get("/attention")
+@require("read")
+def attention_list():
+    limit, offset = page_args()
+    doc = attention.tasks(get_conn(), **attention_filters(), limit=limit, offset=offset)
+    for item in doc["items"]:
+        item["url"] = url_for("api.get_task", task_id=item["id"])
+    return jsonify(doc)
+
+
+@bp.post("/attention/retry")
+@require("edit")
+def attention_retry():
+    ids = attention.check_ids(inputs.json_object().get("task_ids"))
+    bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.principal.owner)
+    send_fast(bulk.outbox_ids)
+    return jsonify(bulk.as_dict())
+
+
+@bp.post("/attention/resolve")
+@require("edit")
+def attention_resolve():
+    body = inputs.json_object()
+    ids = attention.check_ids(body.get("task_ids"))
+    note = inputs.text(body, "note", MAX_NOTE)
+    return jsonify(attention.resolve_unknown(get_conn(), ids, note, actor=g.principal.owner).as_dict())
