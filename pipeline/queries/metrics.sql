@@ -37,7 +37,7 @@ SELECT name, provider AS label, outcome AS le, sum(n) AS n, sum(cost)::float AS 
 WHERE name LIKE 'latency\_%%' GROUP BY 1, 2, 3;
 
 -- metrics_dead_letters: the dead letters of tasks still failed, by reason (read through the failed-task index)
-SELECT dl.reason, count(*) AS n FROM tasks t JOIN dead_letters dl ON dl.task_id = t.id
+SELECT dl.reason, count(*) AS n FROM tasks t JOIN dead_letters dl ON dl.task_id = t.id AND dl.replayed_at IS NULL
 WHERE t.status = 'failed' GROUP BY 1;
 
 -- metrics_calls_by_outcome: the call ledger's counts and costs by provider and outcome, from the counters
