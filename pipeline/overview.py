@@ -223,4 +223,5 @@ def gauges(conn: psycopg.Connection) -> dict:
         return {"tasks": db.all(conn, "metrics_tasks_by_status"), "snapshot": db.one(conn, "metrics_snapshot"),
                 "calls": db.all(conn, "metrics_calls_by_outcome"), "waits": db.all(conn, "metrics_waits"),
                 "latency": db.all(conn, "metrics_latency_buckets"),
-                "dead_letters": db.all(conn, "metrics_dead_letters")}
+                "dead_letters": db.all(conn, "metrics_dead_letters"),
+                "missed_slots": db.all(conn, "metrics_missed_slots")}

@@ -92,6 +92,12 @@ class DatabaseCollector:
         for row in self.reading["dead_letters"]:
             dead.add_metric([row["reason"]], row["n"])
         yield dead
+        missed = GaugeMetricFamily("mediapipe_missed_slots", "Time slots of a periodic job (the cron reconcile run, "
+                                   "the hourly retention) that passed without a run: recorded in the last day, and "
+                                   "since its latest run", labels=["job"])
+        for row in self.reading["missed_slots"]:
+            missed.add_metric([row["job"]], row["missed"])
+        yield missed
 
 
 BUCKETS = ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf")

@@ -25,9 +25,20 @@ SELECT
     (SELECT sum(n) FROM metric_counters WHERE name = 'manual_retries') AS manual_retries,
     (SELECT sum(n) FROM metric_counters WHERE name = 'duplicate_risk_accepted') AS duplicate_risk_accepted,
     (SELECT extract(epoch FROM now() - finished_at) FROM reconcile_runs
-     WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_age_seconds,
+     WHERE finished_at IS NOT NULL AND job = 'reconcile' ORDER BY id DESC LIMIT 1)::float AS reconcile_age_seconds,
     (SELECT extract(epoch FROM finished_at - started_at) FROM reconcile_runs
-     WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_duration_seconds;
+     WHERE finished_at IS NOT NULL AND job = 'reconcile' ORDER BY id DESC LIMIT 1)::float
+        AS reconcile_duration_seconds;
+
+-- metrics_missed_slots: per slot-keyed job, the slots missed: those the runs of the last day recorded (each run
+-- counts the gap before it) and those passed since the job's latest run; each read is a few index rows
+SELECT j.job, coalesce(recorded.n, 0)
+              + greatest(0, floor(extract(epoch FROM now() - latest.slot) / latest.slot_seconds)::int - 1) AS missed
+FROM unnest(ARRAY['reconcile', 'retention']) AS j (job)
+JOIN LATERAL (SELECT slot, slot_seconds FROM reconcile_runs r WHERE r.job = j.job AND r.slot IS NOT NULL
+              ORDER BY r.slot DESC LIMIT 1) latest ON true
+LEFT JOIN LATERAL (SELECT sum(r.missed_before) AS n FROM reconcile_runs r
+                   WHERE r.job = j.job AND r.slot IS NOT NULL AND r.slot > now() - interval '1 day') recorded ON true;
 
 -- metrics_waits: waits that spend no attempt (busy provider, same input in flight, budget), from the counters
 SELECT outcome AS waiting_for, sum(n) AS n FROM metric_counters WHERE name = 'waits' GROUP BY 1;

@@ -148,3 +148,20 @@ def test_dead_letters_of_failed_tasks_are_counted_by_reason(api, work):
     # retried by an editor, the task is no longer failed and its dead letter no longer counts
     api.post(f"/api/tasks/{tasks[0]['id']}/retry", role="editor")
     assert ("mediapipe_dead_letters", (("reason", "permanent error"),)) not in scrape(api)
+
+
+def test_missed_slots_of_the_cron_run_are_measured_recorded_and_overdue(api, work, conn):
+    from datetime import datetime, timedelta, timezone
+
+    from pipeline.reconcile import Reconciler
+
+    def cron_at(at):
+        return Reconciler(work.settings, conn, {}, now=lambda: at).run(3600)
+
+    now = datetime.now(timezone.utc)
+    # given: hourly cron runs five hours ago and none since
+    cron_at(now - timedelta(hours=5))
+    assert scrape(api)[("mediapipe_missed_slots", (("job", "reconcile"),))] == 4   # four slots passed with no run
+    # when: the cron runs again now, it records the gap in its run; the missed slots stay counted for a day
+    assert cron_at(now).missed_before == 4
+    assert scrape(api)[("mediapipe_missed_slots", (("job", "reconcile"),))] == 4
