@@ -224,4 +224,5 @@ def gauges(conn: psycopg.Connection) -> dict:
                 "calls": db.all(conn, "metrics_calls_by_outcome"), "waits": db.all(conn, "metrics_waits"),
                 "latency": db.all(conn, "metrics_latency_buckets"),
                 "dead_letters": db.all(conn, "metrics_dead_letters"),
-                "missed_slots": db.all(conn, "metrics_missed_slots")}
+                "missed_slots": db.all(conn, "metrics_missed_slots"),
+                "waiting_by_lane": db.all(conn, "metrics_oldest_waiting_by_lane")}

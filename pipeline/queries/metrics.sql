@@ -67,3 +67,24 @@ INSERT INTO metric_counters (name, provider, outcome, shard, n, cost)
 SELECT name, provider, outcome, 0, sum(n), sum(cost) FROM gone GROUP BY 1, 2, 3
 ON CONFLICT (name, provider, outcome, shard)
 DO UPDATE SET n = metric_counters.n + EXCLUDED.n, cost = metric_counters.cost + EXCLUDED.cost;
+
+-- metrics_sent_waiting_tasks: due tasks waiting for a worker whose every message was sent, so RQ should hold one
+-- (tasks_unfinished serves the status; a task with an unsent message is the dispatcher's, not lost)
+SELECT t.id FROM tasks t
+WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
+  AND EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NULL)
+LIMIT %(limit)s;
+
+-- metrics_tasks_needing_a_worker: which of these tasks still need a worker (waiting or running)
+SELECT id FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry', 'running');
+
+-- metrics_oldest_waiting_by_lane: per lane (of the task's latest message, else its version's), the age of the
+-- oldest task that is due and runnable but not claimed
+SELECT coalesce((SELECT o.lane FROM outbox o WHERE o.task_id = t.id ORDER BY o.id DESC LIMIT 1), v.lane)::text
+           AS lane,
+       extract(epoch FROM now() - min(t.available_at))::float AS seconds
+FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
+  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
+GROUP BY 1;
