@@ -93,30 +93,36 @@ class DatabaseCollector:
             waits.add_metric([reason], seen.get(reason, 0))
         yield waits
         yield from latency_histograms(self.reading["latency"])
-        dead = GaugeMetricFamily("mediapipe_dead_letters", "Failed tasks waiting for a person, by why they failed",
-                                 labels=["reason"])
-        for row in self.reading["dead_letters"]:
-            dead.add_metric([row["reason"]], row["n"])
-        yield dead
-        missed = GaugeMetricFamily("mediapipe_missed_slots", "Time slots of a periodic job (the cron reconcile run, "
-                                   "the hourly retention) that passed without a run: recorded in the last day, and "
-                                   "since its latest run", labels=["job"])
-        for row in self.reading["missed_slots"]:
-            missed.add_metric([row["job"]], row["missed"])
-        yield missed
-        waiting = GaugeMetricFamily("mediapipe_oldest_waiting_task_age_seconds", "Age of the oldest task that is due "
-                                    "and runnable but not yet claimed, by lane (0 when none waits)", labels=["lane"])
-        ages = {row["lane"]: row["seconds"] for row in self.reading["waiting_by_lane"]}
-        for lane in LANES:
-            waiting.add_metric([lane], float(ages.get(lane) or 0))
-        yield waiting
-        if self.reading.get("queue") is not None:
-            queue = GaugeMetricFamily("mediapipe_queue_disagreement", "Where Redis and PostgreSQL disagree: messages "
-                                      "in Redis whose task needs no worker (redis_only), and tasks sent and waiting "
-                                      "with no message in Redis (database_only)", labels=["side"])
-            for side in ("redis_only", "database_only"):
-                queue.add_metric([side], self.reading["queue"][side])
-            yield queue
+        yield from attention_gauges(self.reading)
+
+
+def attention_gauges(reading: dict) -> Iterator[Metric]:
+    """What needs a person's or the reconciler's attention: dead letters by reason, missed cron slots, the oldest
+    waiting task per lane, and where Redis and PostgreSQL disagree about the queue (absent when Redis is away)."""
+    dead = GaugeMetricFamily("mediapipe_dead_letters", "Failed tasks waiting for a person, by why they failed",
+                             labels=["reason"])
+    for row in reading["dead_letters"]:
+        dead.add_metric([row["reason"]], row["n"])
+    yield dead
+    missed = GaugeMetricFamily("mediapipe_missed_slots", "Time slots of a periodic job (the cron reconcile run, "
+                               "the hourly retention) that passed without a run: recorded in the last day, and "
+                               "since its latest run", labels=["job"])
+    for row in reading["missed_slots"]:
+        missed.add_metric([row["job"]], row["missed"])
+    yield missed
+    waiting = GaugeMetricFamily("mediapipe_oldest_waiting_task_age_seconds", "Age of the oldest task that is due "
+                                "and runnable but not yet claimed, by lane (0 when none waits)", labels=["lane"])
+    ages = {row["lane"]: row["seconds"] for row in reading["waiting_by_lane"]}
+    for lane in LANES:
+        waiting.add_metric([lane], float(ages.get(lane) or 0))
+    yield waiting
+    if reading.get("queue") is not None:
+        queue = GaugeMetricFamily("mediapipe_queue_disagreement", "Where Redis and PostgreSQL disagree: messages "
+                                  "in Redis whose task needs no worker (redis_only), and tasks sent and waiting "
+                                  "with no message in Redis (database_only)", labels=["side"])
+        for side in ("redis_only", "database_only"):
+            queue.add_metric([side], reading["queue"][side])
+        yield queue
 
 
 BUCKETS = ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf")
