@@ -79,7 +79,8 @@ class Reconciler:
         try:
             answer = provider.lookup(idempotency_key(row["fingerprint"], row["id"]))
         except Exception as exc:  # noqa: BLE001 - a lookup that fails answers nothing
-            log("lookup_failed", task_id=row["id"], error=exc.__class__.__name__)
+            log("lookup_failed", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
+                error=exc.__class__.__name__)
             return recovery.NO_ANSWER, None
         if isinstance(answer, NotFound):
             return recovery.NOT_FOUND, None
@@ -113,7 +114,8 @@ class Reconciler:
             applied = tasks.apply(self.conn, tasks.Seen.found(row), action, actor=ACTOR)
         if applied.status is None:
             return False
-        log("reconciled", task_id=row["id"], to=action.to.value, reason=action.reason, via=action.event)
+        log("reconciled", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
+            to=action.to.value, reason=action.reason, via=action.event)
         return True
 
     def _decide_and_apply(self, query: str, decide, report: Report, label: str, pages: int) -> None:
@@ -137,7 +139,8 @@ class Reconciler:
             raise
         except (psycopg.Error, OSError, ValueError) as exc:
             report.errors += 1
-            log("reconcile_error", task_id=row["id"], error=f"{exc.__class__.__name__}: {exc}"[:300])
+            log("reconcile_error", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
+                error=f"{exc.__class__.__name__}: {exc}"[:300])
         return False
 
     def _bulk(self, query: str, params: dict, report: Report, label: str) -> None:

@@ -3,6 +3,7 @@ reconciler recovers the task by the evidence rules and the late result is refuse
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 
 from testkit.fakeprovider import Behaviour
@@ -69,13 +70,19 @@ def test_with_its_heartbeat_stopped_a_long_call_loses_its_task_and_its_late_resu
     with heartbeats_refused(slow, image_id):
         # then: the lease runs out and the reconciler takes the task over, as the evidence says: the intent
         # receipt exists and this provider has no lookup, so the outcome is unknown (never retried by itself)
+        runs = []
+
         def recovered():
-            slow.reconcile()
+            runs.append(slow.reconcile())
             return slow.task(image_id)["status"] != "running"
         wait_until(recovered, timeout=20, message="the reconciler taking the task over")
         assert fake.in_flight("image") == 1   # the call still runs: the takeover happened while it was in flight
     row = slow.task(image_id)
     assert (row["status"], row["last_error_code"], row["attempts"]) == ("unknown", "lease_expired", 1)
+    # the reconciler's line about it names the task, the attempt and the lease it took over
+    said = [json.loads(line) for line in runs[-1].stderr.splitlines() if line.startswith("{")]
+    took = next(line for line in said if line["event"] == "reconciled")
+    assert (took["task_id"], took["attempt"], took["lease_token"]) == (image_id, 1, str(claimed["lease_token"]))
     # and when the call ends, the worker's result is refused by the fence: the task stays as the reconciler left it
     wait_until(lambda: fake.in_flight("image") == 0 and any(
         "lease_lost_nothing_written" in path.read_text(errors="replace") for path in slow.logs.glob("worker-image-*")),
