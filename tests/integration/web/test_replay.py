@@ -10,6 +10,7 @@ from pipeline.core.errors import Permanent
 from receipts.media import MediaStore
 from testkit.helpers import ControlledExecutor
 from testkit.webapp import Api, Work, make_app
+from tests.integration.web.test_metrics import scrape
 from tests.integration.web.test_ui import Forms, page, post, sign_in
 
 
@@ -108,6 +109,8 @@ def test_a_task_failing_again_after_a_replay_gets_a_new_dead_letter_and_its_page
     work.until_idle()
     letters = conn.execute("SELECT * FROM dead_letters WHERE task_id = %s ORDER BY id", (image,)).fetchall()
     assert [(l["replayed_by"] is not None) for l in letters] == [True, False]   # one kept, one open
+    # only the open one waits for a person: the replayed one is history, not counted again
+    assert scrape(api)[("mediapipe_dead_letters", (("reason", "permanent error"),))] == 1
     # a second replay, from the task page's form
     client = app.test_client()
     csrf = sign_in(client, tokens["editor"])
