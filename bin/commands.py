@@ -66,9 +66,12 @@ def _stop_flag():
 def reconcile_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bin/reconcile", description=(
         "Recover what crashes and lost messages left behind. Exit codes: 0 done (or another run holds the "
-        "lock), 1 some actions failed (the others were applied), 2 cannot reach PostgreSQL."))
+        "lock, or the slot already had its run), 1 some actions failed (the others were applied), 2 cannot reach PostgreSQL."))
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--once", action="store_true", help="one run (the default; for cron)")
+    mode.add_argument("--once", action="store_true", help="one run (the default)")
+    mode.add_argument("--slot", action="store_true", help=(
+        "the run of the current time slot (RECONCILE_SLOT_SECONDS), for cron: a second run of the same slot, on "
+        "any machine, does nothing; the run records the slots missed before it"))
     mode.add_argument("--loop", type=float, metavar="SECONDS", help="run again every SECONDS (dev stack)")
     parser.add_argument("--batch", type=int, default=500, help="rows per transaction (default 500)")
     args = parser.parse_args(argv)
@@ -83,15 +86,19 @@ def reconcile_main(argv: list[str]) -> int:
     while True:
         try:
             with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
-                report = Reconciler(cfg, conn, providers, batch=args.batch).run()
+                report = Reconciler(cfg, conn, providers, batch=args.batch).run(
+                    cfg.reconcile_slot_seconds if args.slot else None)
         except psycopg.OperationalError as exc:
             print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
             status = 2
         else:
             if not report.locked:
                 print("another reconcile run holds the lock; nothing to do")
+            elif report.slot_taken:
+                print(f"the slot {report.slot.isoformat()} already had its run; nothing to do")
             elif args.loop is None or report.errors or any(report.counts.values()):
-                log("reconcile_run", counts=report.counts, errors=report.errors)
+                log("reconcile_run", counts=report.counts, errors=report.errors, slot=report.slot,
+                    missed_before=report.missed_before)
             status = 1 if report.errors else 0
         if args.loop is None or stop.wait(args.loop):
             return status

@@ -2,10 +2,11 @@
 
 `POST /api/jobs {"theme", "scenario"?}` (demo mode only) saves a lesson from a
 template and arms the scenario's fault in the local image provider. Faults live
-in the providers' journal directory, so the worker process that makes the next
-image call meets it. A job with a scenario tags its image prompts with a short
-run mark, so its images are new work and the fault strikes this lesson rather
-than waiting behind reused media; a job without one reuses earlier identical media.
+in the providers' journal directory, so the worker process that makes the call
+meets it. A job with a scenario tags its image prompts with a short run mark, so
+its images are new work, and arms the fault for that mark only: it strikes the
+first image call of this lesson, never another lesson's. A job without a scenario
+reuses earlier identical media.
 """
 
 from __future__ import annotations
@@ -109,34 +110,36 @@ def parse_job(body: object) -> tuple[str, str | None, str | None]:
 
 
 def run_mark() -> str:
-    return f"demo {secrets.token_hex(3)}"
+    return f"demo {secrets.token_hex(4)}"
 
 
-def arm(cfg: Settings, scenario: str) -> None:
-    """Arm the scenario's fault for the next image call of any process sharing MEDIA_DIR."""
+def arm(cfg: Settings, scenario: str, mark: str) -> None:
+    """Arm the scenario's fault for the next image call whose prompt carries `mark` (this job's lesson), in
+    any process sharing MEDIA_DIR."""
     if cfg.image.backend != "local":
         raise Conflict(f"scenario {scenario!r} needs the local image provider (IMAGE_PROVIDER=local)",
                        code="scenario_unavailable")
-    build_providers(cfg)["image"].arm(SCENARIOS[scenario])
+    build_providers(cfg)["image"].arm(SCENARIOS[scenario], scope=mark)
 
 
-def disarm(cfg: Settings) -> int:
-    """Drop armed image faults (used when a job's save was refused, so no fault lingers)."""
+def disarm(cfg: Settings, mark: str) -> int:
+    """Drop this job's armed image fault (its save was refused, so no fault lingers); others stay armed."""
     if cfg.image.backend != "local":
         return 0
-    return build_providers(cfg)["image"].disarm_all()
+    return build_providers(cfg)["image"].disarm_all(scope=mark)
 
 
 def start_job(conn: psycopg.Connection, cfg: Settings, theme: str, scenario: str | None, *,
               actor: str, locale: str | None = None, key_id: int | None = None) -> versions.Saved:
     """Save the theme's lesson with the scenario's fault armed; nothing stays armed if the save is refused."""
-    draft = lesson(theme, locale=locale, mark=run_mark() if scenario else None)
+    mark = run_mark() if scenario else None
+    draft = lesson(theme, locale=locale, mark=mark)
     if scenario:
         # armed before the save commits, so no worker can make this lesson's first image call unarmed
-        arm(cfg, scenario)
+        arm(cfg, scenario, mark)
     try:
         return versions.save(conn, draft, cfg, actor=actor, key_id=key_id)
     except Exception:
         if scenario:
-            disarm(cfg)
+            disarm(cfg, mark)
         raise

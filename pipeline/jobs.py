@@ -59,8 +59,8 @@ class AttemptContext:
                 result = tasks.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
             except psycopg.OperationalError as exc:
                 self.rt.drop("lease")
-                log("heartbeat_failed", task_id=self.task.id, lease_token=self.task.lease_token,
-                    error=exc.__class__.__name__)
+                log("heartbeat_failed", task_id=self.task.id, attempt=self.task.attempts,
+                    lease_token=self.task.lease_token, error=exc.__class__.__name__)
                 return False
         self.lost = self.lost or not result.alive
         self.cancel_requested = result.cancel_requested
@@ -72,7 +72,7 @@ class AttemptContext:
         while not self._stop.wait(self.rt.settings.heartbeat_seconds):
             self.beat()
             if self.lost and not told:
-                log("lease_lost", task_id=self.task.id, lease_token=self.task.lease_token)
+                log("lease_lost", task_id=self.task.id, attempt=self.task.attempts, lease_token=self.task.lease_token)
                 told = True
 
     def check(self) -> None:

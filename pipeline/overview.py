@@ -20,6 +20,7 @@ import psycopg
 from pipeline import db
 from pipeline.core.compare import Side, compare
 from pipeline.core.errors import NotFound
+from pipeline.core.replay import runs as run_chain
 from pipeline.core.records import extension
 from pipeline.core.states import TaskStatus
 from receipts.calls import ReceiptBook
@@ -204,13 +205,16 @@ def summarise_spend(calls: Iterable[dict]) -> dict:
 
 
 def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
-    """A task's timeline: its events, ledger rows and its receipts in the store (pipeline.storage)."""
+    """A task's timeline: its events, ledger rows, its runs (first, then one per replay) and its receipts in the
+    store (pipeline.storage)."""
     with conn.transaction():
         row = db.one(conn, "tasks_get_for_view", {"task_id": task_id})
         if row is None:
             raise NotFound(f"task {task_id} does not exist")
         events = db.all(conn, "events_of_task", {"task_id": task_id})
         calls = db.all(conn, "provider_calls_of_task_view", {"task_id": task_id})
+        runs = run_chain(db.all(conn, "dead_letters_of_task", {"task_id": task_id}),
+                         db.all(conn, "replays_of_task", {"task_id": task_id}))
     return {"id": row["id"], "content_id": row["content_id"], "version": row["version"], "title": row["title"],
             "kind": row["kind"], "block": row["block_key"], "status": row["status"], "attempts": row["attempts"],
             "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
@@ -223,7 +227,7 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
             "calls": [{k: c[k] for k in ("id", "attempt", "provider", "model", "outcome", "http_status",
                                          "latency_ms", "at")} | {"cost": _money(c["cost"]),
                                                                   "accepted_by": c["consented_by"]} for c in calls],
-            "receipts": book.of_task(task_id)}
+            "runs": runs, "receipts": book.of_task(task_id)}
 
 
 def task_brief(conn: psycopg.Connection, task_id: int) -> dict:
@@ -257,4 +261,6 @@ def gauges(conn: psycopg.Connection) -> dict:
         return {"tasks": db.all(conn, "metrics_tasks_by_status"), "snapshot": db.one(conn, "metrics_snapshot"),
                 "calls": db.all(conn, "metrics_calls_by_outcome"), "waits": db.all(conn, "metrics_waits"),
                 "latency": db.all(conn, "metrics_latency_buckets"),
-                "dead_letters": db.all(conn, "metrics_dead_letters")}
+                "dead_letters": db.all(conn, "metrics_dead_letters"),
+                "missed_slots": db.all(conn, "metrics_missed_slots"),
+                "waiting_by_lane": db.all(conn, "metrics_oldest_waiting_by_lane")}

@@ -3,7 +3,10 @@
 One run at a time (a session advisory lock); every step works in bounded batches, so no
 transaction touches more than `batch` rows (superseding goes a content at a time, as a save
 does). Each decision is applied in its own short transaction by the same `apply` a worker
-uses. A run is recorded with its counts.
+uses. A run is recorded with its counts. Periodic runs are keyed by job and time slot
+(`reconcile_runs_one_per_slot`): a cron run (`run(slot_seconds=...)`) records its slot and the
+slots missed before it, and a second run of the same slot, on any machine, does nothing; the
+hourly retention is such a job too.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from pipeline import db, storage, tasks
 from pipeline.core import recovery
+from pipeline.core.recovery import slot_of
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset
@@ -37,6 +41,9 @@ class Report:
     locked: bool = True
     counts: dict[str, int] = field(default_factory=dict)
     errors: int = 0
+    slot: datetime | None = None        # a slot-keyed run's slot
+    slot_taken: bool = False            # its slot already had a run: nothing was done
+    missed_before: int = 0              # slots of this job that passed without a run before this one
 
     def add(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
@@ -73,7 +80,8 @@ class Reconciler:
         try:
             answer = provider.lookup(idempotency_key(row["fingerprint"], row["id"]))
         except Exception as exc:  # noqa: BLE001 - a lookup that fails answers nothing
-            log("lookup_failed", task_id=row["id"], error=exc.__class__.__name__)
+            log("lookup_failed", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
+                error=exc.__class__.__name__)
             return recovery.NO_ANSWER, None
         if isinstance(answer, NotFound):
             return recovery.NOT_FOUND, None
@@ -109,7 +117,8 @@ class Reconciler:
             applied = tasks.apply(self.conn, tasks.Seen.found(row), action, actor=ACTOR)
         if applied.status is None:
             return False
-        log("reconciled", task_id=row["id"], to=action.to.value, reason=action.reason, via=action.event)
+        log("reconciled", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
+            to=action.to.value, reason=action.reason, via=action.event)
         return True
 
     def _decide_and_apply(self, query: str, decide, report: Report, label: str, pages: int) -> None:
@@ -133,7 +142,8 @@ class Reconciler:
             raise
         except (psycopg.Error, OSError, ValueError) as exc:
             report.errors += 1
-            log("reconcile_error", task_id=row["id"], error=f"{exc.__class__.__name__}: {exc}"[:300])
+            log("reconcile_error", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
+                error=f"{exc.__class__.__name__}: {exc}"[:300])
         return False
 
     def _bulk(self, query: str, params: dict, report: Report, label: str) -> None:
@@ -165,14 +175,25 @@ class Reconciler:
             if len(due) < self.batch or not failed:
                 return
 
+    def _start_slot(self, job: str, seconds: int) -> dict | None:
+        """Record this job's run for its current slot; None when the slot already has one."""
+        return db.one(self.conn, "reconcile_runs_start_slot", {"job": job, "slot": slot_of(self.now(), seconds),
+                                                               "slot_seconds": seconds})
+
     def retention(self, report: Report) -> None:
-        """Unused old assets and old receipts; at most once per RETENTION_INTERVAL, since it reads history."""
-        with self.conn.transaction():
-            due = db.one(self.conn, "reconcile_mark_if_due", {"name": "retention",
-                                                              "interval": RETENTION_INTERVAL_SECONDS})
-        if due is None:
+        """Unused old assets and old receipts; once per hourly slot (any machine), since it reads history."""
+        started = self._start_slot("retention", RETENTION_INTERVAL_SECONDS)
+        if started is None:
             return
         report.add("retention_runs")
+        done = Report()
+        self._retain(done)
+        report.counts.update(done.counts)
+        db.execute(self.conn, "reconcile_runs_finish", {"run_id": started["id"], "counts": Jsonb(done.counts),
+                                                        "errors": 0})
+
+    def _retain(self, report: Report) -> None:
+        """Delete assets nothing current uses and compact old receipts, past MEDIA_RETENTION_DAYS."""
         days = self.cfg.media_retention_days
         for row in db.all(self.conn, "assets_stale", {"days": days, "limit": self.batch}):
             with self.conn.transaction():
@@ -190,12 +211,19 @@ class Reconciler:
                 return
             after = rows[-1]["id"]
 
-    def run(self) -> Report:
+    def run(self, slot_seconds: int | None = None) -> Report:
+        """One run; with `slot_seconds`, the run of the current slot (nothing when that slot already had one)."""
         report = Report()
         if not db.one(self.conn, "reconcile_try_lock")["locked"]:
             return Report(locked=False)
         try:
-            run_id = db.scalar(self.conn, "reconcile_runs_start")
+            if slot_seconds is None:
+                run_id = db.scalar(self.conn, "reconcile_runs_start")
+            else:
+                started = self._start_slot("reconcile", slot_seconds)
+                if started is None:
+                    return Report(slot=slot_of(self.now(), slot_seconds), slot_taken=True)
+                run_id, report.slot, report.missed_before = started["id"], started["slot"], started["missed_before"]
             self.supersede_old(report)
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=50)
             self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown", pages=1)

@@ -113,6 +113,7 @@ class Settings:
     backoff_cap_seconds: float = 30.0
     dispatch_claim_seconds: float = 30.0
     lost_dispatch_seconds: float = 120.0
+    reconcile_slot_seconds: int = 60       # `bin/reconcile --slot`: one run per slot of this length, on any machine
     # worker pools and lanes (pipeline/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
     image_workers: int | None = None       # the Procfile's worker-image pool; None: IMAGE_MAX_CONCURRENCY
     tts_workers: int | None = None         # the worker-tts pool; None: TTS_MAX_CONCURRENCY
@@ -337,6 +338,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "backoff_cap_seconds": ("BACKOFF_CAP_SECONDS", _float("BACKOFF_CAP_SECONDS", 0, 3600)),
         "dispatch_claim_seconds": ("DISPATCH_CLAIM_SECONDS", _float("DISPATCH_CLAIM_SECONDS", 0.1, 3600)),
         "lost_dispatch_seconds": ("LOST_DISPATCH_SECONDS", _float("LOST_DISPATCH_SECONDS", 0.1, 86_400)),
+        "reconcile_slot_seconds": ("RECONCILE_SLOT_SECONDS", _int("RECONCILE_SLOT_SECONDS", 1, 86_400)),
         "image_workers": ("IMAGE_WORKERS", _int("IMAGE_WORKERS", 1, 1000)),
         "tts_workers": ("TTS_WORKERS", _int("TTS_WORKERS", 1, 1000)),
         "bundle_workers": ("BUNDLE_WORKERS", _int("BUNDLE_WORKERS", 1, 1000)),

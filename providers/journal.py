@@ -8,8 +8,11 @@ like a real paid provider:
   `generate` with a known key replays the result instead of working again.
 * `FaultPlan`: faults armed by one process (the web app in demo mode) and
   consumed, each exactly once, by the next `generate` in any process (an rq
-  worker). A fault is a file; consuming it is an `os.rename` claim, which only
-  one process can win.
+  worker) whose request it is meant for: a fault armed with a `scope` strikes
+  only a request whose text contains that scope (a demo lesson's run mark), so
+  it cannot strike another lesson. A fault is a file (its content: the fault
+  and its scope); consuming it is an `os.rename` claim, which only one process
+  can win.
 
 Layout under the directory given to the constructor::
 
@@ -50,6 +53,7 @@ FAULTS = (FAIL_BEFORE_SEND, ACCEPT_THEN_LOSE, CRASH_MID_CALL, PERMANENT_ERROR, R
 # result has been journaled, so a later lookup finds it.
 FAULTS_BEFORE_WORK = (FAIL_BEFORE_SEND, PERMANENT_ERROR, RATE_LIMITED)
 CRASH_EXIT_CODE = 137
+MAX_SCOPE = 200
 
 
 def validate_key(key: str) -> str:
@@ -172,28 +176,41 @@ class FaultPlan:
         self._claimed = self._dir / "claimed"
         self._claimed.mkdir(parents=True, exist_ok=True)
 
-    def arm(self, fault: str) -> None:
-        """Arm `fault` for the next generate call (in any process sharing the directory)."""
+    def arm(self, fault: str, scope: str | None = None) -> None:
+        """Arm `fault` for the next generate call (in any process sharing the directory) whose request text
+        contains `scope`; for the very next call when `scope` is None."""
         if fault not in FAULTS:
             raise ProviderConfigError(f"unknown fault {fault!r}: choose one of {', '.join(FAULTS)}")
+        if scope is not None and not (isinstance(scope, str) and 1 <= len(scope.strip()) <= MAX_SCOPE):
+            raise ProviderConfigError(f"a fault's scope must be 1 to {MAX_SCOPE} characters of the request text")
         # A nanosecond prefix keeps arming order; the uuid keeps two arms apart.
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}-{fault}"
-        write_atomically(self._dir / name, fault.encode("ascii"))
+        write_atomically(self._dir / name, json.dumps({"fault": fault, "scope": scope}).encode())
 
     def armed(self) -> list[str]:
         """Faults waiting to fire, oldest first."""
         return [_fault_of(name) for name in self._pending_names()]
 
-    def disarm_all(self) -> int:
-        """Drop every armed fault; returns how many were dropped."""
-        return sum(1 for name in self._pending_names() if self._claim(name))
+    def disarm_all(self, scope: str | None = None) -> int:
+        """Drop every armed fault (of this scope only, when one is given); returns how many were dropped."""
+        return sum(1 for name in self._pending_names()
+                   if (scope is None or self._scope(name) == scope) and self._claim(name))
 
-    def take(self) -> str | None:
-        """Claim and consume the oldest armed fault, or return None if none is armed."""
+    def take(self, text: str = "") -> str | None:
+        """Claim and consume the oldest armed fault meant for a request of this text, or None."""
         for name in self._pending_names():
-            if self._claim(name):
+            scope = self._scope(name)
+            if (scope is None or scope in text) and self._claim(name):
                 return _fault_of(name)
         return None
+
+    def _scope(self, name: str) -> str | None:
+        """The scope a fault was armed with; None for an unscoped one (or one armed before scopes existed)."""
+        try:
+            content = json.loads((self._dir / name).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return content.get("scope") if isinstance(content, dict) else None
 
     def _pending_names(self) -> list[str]:
         names = (p.name for p in self._dir.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -249,7 +266,7 @@ class LocalState:
         if request.kind != self.kind:
             raise Permanent(f"{self.provider} makes {self.kind!r}, not {request.kind!r}")
         key = validate_key(request.idempotency_key)
-        fault = self.faults.take()
+        fault = self.faults.take(request.text)
         if fault in FAULTS_BEFORE_WORK:
             raise fault_error(fault, self.provider)
         fingerprint = request_fingerprint(request.kind, request.text, request.params)
@@ -282,15 +299,16 @@ class LocalProvider:
     def _open_state(self, journal_dir: Path) -> None:
         self._state = LocalState(Path(journal_dir) / self.name, self.name, self.kind)
 
-    def arm(self, fault: str) -> None:
-        """Make the next generate call (in any process) fail as `fault` says, once."""
-        self._state.faults.arm(fault)
+    def arm(self, fault: str, scope: str | None = None) -> None:
+        """Make the next generate call (in any process) whose text contains `scope` (any call, without one)
+        fail as `fault` says, once."""
+        self._state.faults.arm(fault, scope)
 
     def armed_faults(self) -> list[str]:
         return self._state.faults.armed()
 
-    def disarm_all(self) -> int:
-        return self._state.faults.disarm_all()
+    def disarm_all(self, scope: str | None = None) -> int:
+        return self._state.faults.disarm_all(scope)
 
     def generate(self, request: GenerateRequest) -> Result:
         return self._state.run(request, self._make)

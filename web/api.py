@@ -9,6 +9,7 @@ from flask import Blueprint, Response, g, jsonify, request, url_for
 
 from pipeline import dispatch, lanes, overview, review, versions
 from pipeline.core.content import parse_draft
+from pipeline.log import log
 from pipeline.versions import Saved
 from web import inputs
 from web.auth import require
@@ -59,6 +60,8 @@ def _save(content_id: int | None) -> Response:
     lane = lanes.parse_priority(body.get("priority", lanes.INTERACTIVE))   # "bulk": an import, behind editors
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
                           base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane)
+    log("saved", content_id=saved.content_id, version=saved.version, created=saved.created, lane=lane,
+        outbox_ids=list(saved.outbox_ids))
     send_fast(saved.outbox_ids)
     return accepted(saved)
 

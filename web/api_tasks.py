@@ -1,10 +1,11 @@
-"""The JSON API for single tasks (timeline, retry, resolve) and demo jobs."""
+"""The JSON API for single tasks (timeline, retry, replay, resolve) and demo jobs."""
 
 from __future__ import annotations
 
 from flask import g, jsonify, url_for
 
-from pipeline import demo, overview, review, storage
+from pipeline import demo, overview, replay, review, storage
+from pipeline.core.replay import MAX_EXTENSION_SECONDS
 from pipeline.core.errors import InvalidInput, NotFound
 from web import inputs
 from web.api import accepted, bp as api_bp, media_url, send_fast
@@ -35,6 +36,34 @@ def retry_task(task_id: int):
     response = jsonify(task_id=task_id, status=reopened.status, attempts=reopened.attempts,
                        max_attempts=reopened.max_attempts, deadline_at=reopened.deadline_at,
                        duplicate_risk_accepted=accept, status_url=location)
+    response.status_code = 202
+    response.headers["Location"] = location
+    return response
+
+
+def _extension(body: dict) -> int | None:
+    value = body.get("extend_deadline_seconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_EXTENSION_SECONDS:
+        raise InvalidInput(f"extend_deadline_seconds must be a whole number from 1 to {MAX_EXTENSION_SECONDS}, or "
+                           "left out to keep the deadline", field="extend_deadline_seconds")
+    return value
+
+
+@bp.post("/tasks/<id:task_id>/replay")
+@require("edit")
+def replay_task(task_id: int):
+    body = inputs.json_object()
+    why = inputs.text(body, "why", MAX_NOTE)
+    done = replay.replay(get_conn(), task_id, settings(), actor=g.principal.owner, why=why,
+                         extend_deadline_seconds=_extension(body))
+    send_fast(done.outbox_ids)
+    location = url_for("api.get_task", task_id=task_id)
+    response = jsonify(task_id=task_id, replay_id=done.replay_id, replay_of=done.replay_of, status=done.status,
+                       first_attempt=done.first_attempt, max_attempts=done.max_attempts,
+                       deadline_before=done.deadline_before, deadline_after=done.deadline_after,
+                       status_url=location)
     response.status_code = 202
     response.headers["Location"] = location
     return response

@@ -4,6 +4,9 @@ Counting in process memory would give each gunicorn worker its own story; readin
 database makes every process (and every replica) report the same truth. Each read is
 bounded (pipeline.overview.gauges): counters kept by triggers, partial indexes.
 
+Where Redis and PostgreSQL disagree about what is queued is read from both at scrape time
+(pipeline.drift); with Redis away that gauge is left out, the others stay.
+
 Who may scrape: with METRICS_TOKEN set, a request carrying `Authorization: Bearer
 <METRICS_TOKEN>` (401 otherwise); without it, only a direct call from this machine
 (web.security.direct_loopback: loopback peer and Host, no proxy headers), 403 otherwise.
@@ -14,13 +17,16 @@ from __future__ import annotations
 import hmac
 from typing import Iterator
 
+import redis
+
 from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from pipeline import overview
+from pipeline import drift, overview
+from pipeline.lanes import LANES
 from pipeline.core.states import TaskKind, TaskStatus
-from web.db import get_conn, settings
+from web.db import get_conn, get_redis, settings
 from web.errors import Problem
 from web.security import direct_loopback
 
@@ -87,11 +93,36 @@ class DatabaseCollector:
             waits.add_metric([reason], seen.get(reason, 0))
         yield waits
         yield from latency_histograms(self.reading["latency"])
-        dead = GaugeMetricFamily("mediapipe_dead_letters", "Failed tasks waiting for a person, by why they failed",
-                                 labels=["reason"])
-        for row in self.reading["dead_letters"]:
-            dead.add_metric([row["reason"]], row["n"])
-        yield dead
+        yield from attention_gauges(self.reading)
+
+
+def attention_gauges(reading: dict) -> Iterator[Metric]:
+    """What needs a person's or the reconciler's attention: dead letters by reason, missed cron slots, the oldest
+    waiting task per lane, and where Redis and PostgreSQL disagree about the queue (absent when Redis is away)."""
+    dead = GaugeMetricFamily("mediapipe_dead_letters", "Failed tasks waiting for a person, by why they failed",
+                             labels=["reason"])
+    for row in reading["dead_letters"]:
+        dead.add_metric([row["reason"]], row["n"])
+    yield dead
+    missed = GaugeMetricFamily("mediapipe_missed_slots", "Time slots of a periodic job (the cron reconcile run, "
+                               "the hourly retention) that passed without a run: recorded in the last day, and "
+                               "since its latest run", labels=["job"])
+    for row in reading["missed_slots"]:
+        missed.add_metric([row["job"]], row["missed"])
+    yield missed
+    waiting = GaugeMetricFamily("mediapipe_oldest_waiting_task_age_seconds", "Age of the oldest task that is due "
+                                "and runnable but not yet claimed, by lane (0 when none waits)", labels=["lane"])
+    ages = {row["lane"]: row["seconds"] for row in reading["waiting_by_lane"]}
+    for lane in LANES:
+        waiting.add_metric([lane], float(ages.get(lane) or 0))
+    yield waiting
+    if reading.get("queue") is not None:
+        queue = GaugeMetricFamily("mediapipe_queue_disagreement", "Where Redis and PostgreSQL disagree: messages "
+                                  "in Redis whose task needs no worker (redis_only), and tasks sent and waiting "
+                                  "with no message in Redis (database_only)", labels=["side"])
+        for side in ("redis_only", "database_only"):
+            queue.add_metric([side], reading["queue"][side])
+        yield queue
 
 
 BUCKETS = ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf")
@@ -138,6 +169,12 @@ def _may_scrape() -> None:
 def metrics() -> Response:
     _may_scrape()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(overview.gauges(get_conn())))
+    reading = overview.gauges(get_conn())
+    client = get_redis()
+    try:
+        reading["queue"] = drift.queue_disagreement(get_conn(), client) if client is not None else None
+    except redis.RedisError:
+        reading["queue"] = None   # Redis away: the gauge is absent rather than wrong
+    registry.register(DatabaseCollector(reading))
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})

@@ -120,7 +120,9 @@ SCHEMAS = {
         "tasks": {"type": "array", "items": ref("Task")}, "approvable": {"type": "boolean"},
         "approval_blockers": {"type": "array", "items": {"type": "string"}}, "spend": OBJECT}},
     "TaskTimeline": {"allOf": [ref("Task"), {"type": "object", "properties": {
-        "calls": {"type": "array", "items": OBJECT}, "receipts": {"type": "array", "items": OBJECT}}}]},
+        "calls": {"type": "array", "items": OBJECT}, "receipts": {"type": "array", "items": OBJECT},
+        "runs": {"type": "array", "items": OBJECT, "description": "the first run, then one per replay, each with "
+                                                                  "the dead letter that ended it"}}}]},
     "Approval": {"type": "object", "properties": {"content_id": {"type": "integer"}, "version": {"type": "integer"},
                                                   "approved_at": {"type": "string"}, "approved_by": {"type": "string"}}},
     "Cancelled": {"type": "object", "properties": {"cancelled_now": {"type": "integer"},
@@ -130,6 +132,15 @@ SCHEMAS = {
     "RetryAccepted": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"},
                                                        "attempts": {"type": "integer"},
                                                        "max_attempts": {"type": "integer"}}},
+    "ReplayInput": {"type": "object", "required": ["why"], "properties": {
+        "why": {"type": "string", "minLength": 1, "maxLength": 2000, "description": "kept with the dead letter"},
+        "extend_deadline_seconds": {"type": "integer", "minimum": 1, "maximum": 604800,
+                                    "description": "move the deadline to this long from now; left out, it stays"}}},
+    "ReplayAccepted": {"type": "object", "properties": {
+        "task_id": {"type": "integer"}, "replay_id": {"type": "integer"},
+        "replay_of": {"type": "integer", "description": "the dead letter of the run this replay repeats"},
+        "status": {"type": "string"}, "first_attempt": {"type": "integer"}, "max_attempts": {"type": "integer"},
+        "deadline_before": {"type": "string"}, "deadline_after": {"type": "string"}}},
     "ResolveInput": {"type": "object", "required": ["outcome", "note"], "properties": {
         "outcome": {"const": "failed"}, "note": {"type": "string", "minLength": 1, "maxLength": 2000}}},
     "Resolved": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"}}},
@@ -282,6 +293,10 @@ def paths() -> dict:
             "post": op("Retry a failed task, or an unknown one accepting the duplicate-charge risk",
                        {"202": body(ref("RetryAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422, 503)},
                        params=task, tag="tasks", request=ref("RetryInput"), body_required=False)},
+        "/api/tasks/{task_id}/replay": {
+            "post": op("Replay a dead-lettered task: a new run; the dead letter is kept and marked replayed",
+                       {"202": body(ref("ReplayAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422, 503)},
+                       params=task, tag="tasks", request=ref("ReplayInput"))},
         "/api/tasks/{task_id}/resolve": {
             "post": op("Close an unknown task as failed", {"200": body(ref("Resolved")), **errors(400, 404, 409, 422)},
                        params=task, tag="tasks", request=ref("ResolveInput"))},

@@ -1,4 +1,4 @@
-"""The editors' form posts: save, approve, cancel, retry, resolve, demo job, language and time zone.
+"""The editors' form posts: save, approve, cancel, retry, replay, resolve, demo job, language and time zone.
 
 Each parses the form, calls `pipeline`, and redirects (303) to the page that shows the
 result, with a flash message in words. Refusals the editor can act on (a stale base
@@ -11,7 +11,7 @@ from flask import flash, g, redirect, render_template, request, url_for
 from flask_babel import gettext
 from werkzeug.datastructures import MultiDict
 
-from pipeline import demo, overview, review, versions
+from pipeline import demo, overview, replay, review, versions
 from pipeline.core.content import LIMITS, parse_draft
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from web import i18n
@@ -137,6 +137,29 @@ def retry(task_id: int):
                       attempts=reopened.max_attempts), "ok")
     except (Conflict, CapacityExceeded) as exc:
         flash(refusal(gettext("Not retried"), exc), "error")
+    return _task_redirect(task_id)
+
+
+EXTENSIONS = {"": None, "1h": 3600, "1d": 86_400}   # the replay form's deadline choices
+
+
+@bp.post("/tasks/<id:task_id>/replay")
+def replay_task(task_id: int):
+    need("edit")
+    why = request.form.get("why", "").strip()
+    extension = request.form.get("extend", "")
+    if not why or extension not in EXTENSIONS:
+        flash(gettext("Say why you replay it; the reason is kept with its dead letter."), "error")
+        return _task_redirect(task_id)
+    try:
+        check_storable(why, "why")
+        done = replay.replay(get_conn(), task_id, settings(), actor=g.user.owner, why=why[:MAX_NOTE],
+                             extend_deadline_seconds=EXTENSIONS[extension])
+        send_fast(done.outbox_ids)
+        flash(gettext("Task %(task)s is replayed from attempt %(attempt)s; its dead letter is kept.",
+                      task=task_id, attempt=done.first_attempt), "ok")
+    except (Conflict, CapacityExceeded, InvalidInput) as exc:
+        flash(refusal(gettext("Not replayed"), exc), "error")
     return _task_redirect(task_id)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 from pipeline.core.outcome import Outcome, Reason, succeeded
 from pipeline.core.policy import retry_or_fail
@@ -79,3 +79,9 @@ def decide_unknown(ev: Evidence, now: datetime, *, base: float, cap: float, rng:
         return _retry_or_fail(ev, now, "the provider's lookup says the call never ran", Reason.NOT_EXECUTED,
                               base, cap, rng)
     return Outcome(None, Reason.UNKNOWN_OUTCOME, f"still unknown (lookup: {ev.lookup or 'not supported'})")
+
+
+def slot_of(now: datetime, seconds: int) -> datetime:
+    """The start of the time slot of `seconds` that `now` falls in (slots count from the Unix epoch, in UTC)."""
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return epoch + timedelta(seconds=(int((now - epoch).total_seconds()) // seconds) * seconds)

@@ -25,9 +25,20 @@ SELECT
     (SELECT sum(n) FROM metric_counters WHERE name = 'manual_retries') AS manual_retries,
     (SELECT sum(n) FROM metric_counters WHERE name = 'duplicate_risk_accepted') AS duplicate_risk_accepted,
     (SELECT extract(epoch FROM now() - finished_at) FROM reconcile_runs
-     WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_age_seconds,
+     WHERE finished_at IS NOT NULL AND job = 'reconcile' ORDER BY id DESC LIMIT 1)::float AS reconcile_age_seconds,
     (SELECT extract(epoch FROM finished_at - started_at) FROM reconcile_runs
-     WHERE finished_at IS NOT NULL ORDER BY id DESC LIMIT 1)::float AS reconcile_duration_seconds;
+     WHERE finished_at IS NOT NULL AND job = 'reconcile' ORDER BY id DESC LIMIT 1)::float
+        AS reconcile_duration_seconds;
+
+-- metrics_missed_slots: per slot-keyed job, the slots missed: those the runs of the last day recorded (each run
+-- counts the gap before it) and those passed since the job's latest run; each read is a few index rows
+SELECT j.job, coalesce(recorded.n, 0)
+              + greatest(0, floor(extract(epoch FROM now() - latest.slot) / latest.slot_seconds)::int - 1) AS missed
+FROM unnest(ARRAY['reconcile', 'retention']) AS j (job)
+JOIN LATERAL (SELECT slot, slot_seconds FROM reconcile_runs r WHERE r.job = j.job AND r.slot IS NOT NULL
+              ORDER BY r.slot DESC LIMIT 1) latest ON true
+LEFT JOIN LATERAL (SELECT sum(r.missed_before) AS n FROM reconcile_runs r
+                   WHERE r.job = j.job AND r.slot IS NOT NULL AND r.slot > now() - interval '1 day') recorded ON true;
 
 -- metrics_waits: waits that spend no attempt (busy provider, same input in flight, budget), from the counters
 SELECT outcome AS waiting_for, sum(n) AS n FROM metric_counters WHERE name = 'waits' GROUP BY 1;
@@ -37,7 +48,7 @@ SELECT name, provider AS label, outcome AS le, sum(n) AS n, sum(cost)::float AS 
 WHERE name LIKE 'latency\_%%' GROUP BY 1, 2, 3;
 
 -- metrics_dead_letters: the dead letters of tasks still failed, by reason (read through the failed-task index)
-SELECT dl.reason, count(*) AS n FROM tasks t JOIN dead_letters dl ON dl.task_id = t.id
+SELECT dl.reason, count(*) AS n FROM tasks t JOIN dead_letters dl ON dl.task_id = t.id AND dl.replayed_at IS NULL
 WHERE t.status = 'failed' GROUP BY 1;
 
 -- metrics_calls_by_outcome: the call ledger's counts and costs by provider and outcome, from the counters
@@ -56,3 +67,24 @@ INSERT INTO metric_counters (name, provider, outcome, shard, n, cost)
 SELECT name, provider, outcome, 0, sum(n), sum(cost) FROM gone GROUP BY 1, 2, 3
 ON CONFLICT (name, provider, outcome, shard)
 DO UPDATE SET n = metric_counters.n + EXCLUDED.n, cost = metric_counters.cost + EXCLUDED.cost;
+
+-- metrics_sent_waiting_tasks: due tasks waiting for a worker whose every message was sent, so RQ should hold one
+-- (tasks_unfinished serves the status; a task with an unsent message is the dispatcher's, not lost)
+SELECT t.id FROM tasks t
+WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
+  AND EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NULL)
+LIMIT %(limit)s;
+
+-- metrics_tasks_needing_a_worker: which of these tasks still need a worker (waiting or running)
+SELECT id FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry', 'running');
+
+-- metrics_oldest_waiting_by_lane: per lane (of the task's latest message, else its version's), the age of the
+-- oldest task that is due and runnable but not claimed
+SELECT coalesce((SELECT o.lane FROM outbox o WHERE o.task_id = t.id ORDER BY o.id DESC LIMIT 1), v.lane)::text
+           AS lane,
+       extract(epoch FROM now() - min(t.available_at))::float AS seconds
+FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.status IN ('ready', 'retry') AND t.available_at <= now()
+  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
+GROUP BY 1;

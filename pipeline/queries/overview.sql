@@ -36,7 +36,7 @@ SELECT t.id, t.kind, t.block_key, t.status, t.attempts, t.max_attempts,
 FROM tasks t
 LEFT JOIN asset_inputs i ON i.fingerprint = t.fingerprint
 LEFT JOIN assets a ON a.sha256 = t.asset_sha256
-LEFT JOIN dead_letters dl ON dl.task_id = t.id
+LEFT JOIN dead_letters dl ON dl.task_id = t.id AND dl.replayed_at IS NULL
 WHERE t.content_id = %(content_id)s AND t.version = %(version)s
 ORDER BY t.id;
 

@@ -12,11 +12,17 @@ INSERT INTO reconcile_runs DEFAULT VALUES RETURNING id;
 -- reconcile_runs_finish: what a run did
 UPDATE reconcile_runs SET finished_at = now(), counts = %(counts)s, errors = %(errors)s WHERE id = %(run_id)s;
 
--- reconcile_mark_if_due: claim a periodic step if it last ran longer ago than the interval (or never)
-INSERT INTO reconcile_marks (name, ran_at) VALUES (%(name)s, now())
-ON CONFLICT (name) DO UPDATE SET ran_at = now()
-WHERE reconcile_marks.ran_at < now() - make_interval(secs => %(interval)s)
-RETURNING ran_at;
+-- reconcile_runs_start_slot: record a periodic job's run for its slot, with the slots of that job missed since
+-- its previous run; nothing when the slot already has a run (on any machine: the unique index is the key)
+WITH last AS (
+    SELECT max(slot) AS slot FROM reconcile_runs WHERE job = %(job)s AND slot IS NOT NULL AND slot < %(slot)s
+)
+INSERT INTO reconcile_runs (job, slot, slot_seconds, missed_before)
+SELECT %(job)s, %(slot)s, %(slot_seconds)s,
+       greatest(0, coalesce(floor(extract(epoch FROM %(slot)s - last.slot) / %(slot_seconds)s)::int - 1, 0))
+FROM last
+ON CONFLICT (job, slot) WHERE slot IS NOT NULL DO NOTHING
+RETURNING id, slot, missed_before;
 
 -- reconcile_expired_leases: running tasks whose lease ran out, oldest first (a live lease is never listed)
 SELECT t.*, v.cancel_requested_at IS NOT NULL AS cancel_requested FROM tasks t

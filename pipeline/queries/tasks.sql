@@ -110,7 +110,7 @@ WITH moved AS (
     RETURNING t.*, old.status AS from_status
 ), dead AS (
     INSERT INTO dead_letters (task_id, reason, last_error, attempts)
-    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) DO NOTHING
+    SELECT id, 'deadline passed', last_error, attempts FROM moved ON CONFLICT (task_id) WHERE replayed_at IS NULL DO NOTHING
 ), dropped AS (
     DELETE FROM outbox o USING moved WHERE o.task_id = moved.id AND o.sent_at IS NULL
 ), logged AS (
@@ -184,7 +184,7 @@ WITH moved AS (
 ), dead AS (
     INSERT INTO dead_letters (task_id, reason, last_error, attempts)
     SELECT id, 'resolved as failed by an editor', last_error, attempts FROM moved
-    ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
+    ON CONFLICT (task_id) WHERE replayed_at IS NULL DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
         attempts = excluded.attempts, at = now()
 )
 SELECT * FROM moved;
@@ -203,8 +203,19 @@ SELECT kind::text AS kind, count(*) AS n FROM tasks WHERE status = 'retry' AND w
 -- dead_letters_insert: the record of a task that failed for good
 INSERT INTO dead_letters (task_id, reason, last_error, attempts)
 VALUES (%(task_id)s, %(reason)s, %(last_error)s, %(attempts)s)
-ON CONFLICT (task_id) DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
+ON CONFLICT (task_id) WHERE replayed_at IS NULL DO UPDATE SET reason = excluded.reason, last_error = excluded.last_error,
     attempts = excluded.attempts, at = now();
 
 -- dead_letters_take: drop a task's dead letter when an editor reopens it (the retry event keeps its content)
-DELETE FROM dead_letters WHERE task_id = %(task_id)s RETURNING reason, last_error, attempts, at::text AS at;
+DELETE FROM dead_letters WHERE task_id = %(task_id)s AND replayed_at IS NULL
+RETURNING reason, last_error, attempts, at::text AS at;
+
+-- tasks_replay: an editor replays a dead-lettered (failed) task of the current, uncancelled version: a new
+-- run with `budget` more attempts; the deadline is the one decided (pipeline.core.replay), never moved silently
+UPDATE tasks t SET waiting_for = NULL, status = 'ready', max_attempts = t.attempts + %(budget)s,
+       available_at = now(), deadline_at = %(deadline_at)s, updated_at = now()
+FROM contents c, versions v
+WHERE t.id = %(task_id)s AND t.status = 'failed'
+  AND c.id = t.content_id AND c.current_version = t.version
+  AND v.content_id = t.content_id AND v.version = t.version AND v.cancel_requested_at IS NULL
+RETURNING t.*;

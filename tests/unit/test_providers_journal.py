@@ -137,6 +137,29 @@ def test_disarm_all_drops_every_armed_fault(image):
     assert image.generate(image_request()).media_type == "image/webp"
 
 
+def test_a_fault_armed_for_a_scope_strikes_only_a_request_whose_text_carries_it(image):
+    image.arm("permanent_error", scope="demo 1a2b3c4d")
+    # another lesson's call passes untouched, and the fault stays armed
+    assert image.generate(image_request("a kite over the sea", key="other-key")).media_type == "image/webp"
+    assert image.armed_faults() == ["permanent_error"]
+    with pytest.raises(Permanent):
+        image.generate(image_request("a paper boat (demo 1a2b3c4d)"))
+    assert image.armed_faults() == []
+
+
+def test_disarming_a_scope_leaves_the_faults_of_other_scopes_armed(image):
+    image.arm("permanent_error", scope="demo aaaa0000")
+    image.arm("rate_limited", scope="demo bbbb1111")
+    assert image.disarm_all(scope="demo aaaa0000") == 1
+    assert image.armed_faults() == ["rate_limited"]
+
+
+def test_a_fault_armed_before_scopes_existed_strikes_the_next_call(tmp_path):
+    plan = FaultPlan(tmp_path)
+    (tmp_path / "faults" / "00000000000000000001-abcdef12-fail_before_send").write_bytes(b"fail_before_send")
+    assert plan.take("any text") == "fail_before_send"
+
+
 def test_one_armed_fault_is_consumed_by_exactly_one_of_many_racing_callers(tmp_path):
     FaultPlan(tmp_path).arm("fail_before_send")
     barrier = threading.Barrier(8)

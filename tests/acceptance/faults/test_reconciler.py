@@ -61,9 +61,24 @@ def test_two_reconcile_runs_at_once_one_works_and_the_other_exits_zero(system):
         results = list(pool.map(lambda _: system.run("reconcile"), range(2)))
     assert [r.returncode for r in results] == [0, 0]
     with system.db() as conn:
-        runs = conn.execute("SELECT started_at, finished_at FROM reconcile_runs ORDER BY id").fetchall()
+        runs = conn.execute("SELECT started_at, finished_at FROM reconcile_runs WHERE job = 'reconcile' "
+                            "ORDER BY id").fetchall()   # the retention job's runs are inside them
     for earlier, later in zip(runs, runs[1:]):
         assert later["started_at"] >= earlier["finished_at"]   # never two at once
+
+
+def test_two_cron_runs_of_one_slot_make_one_run_and_the_second_says_so(system):
+    # given: daily slots, and a minute clear of midnight UTC, so both runs fall in the same slot
+    cron = system.with_env(RECONCILE_SLOT_SECONDS="86400")
+    wait_until(lambda: 86_400 - time.time() % 86_400 > 60, timeout=70, interval=1, message="a minute clear of midnight")
+    first, second = cron.run("reconcile", "--slot"), cron.run("reconcile", "--slot")
+    assert (first.returncode, second.returncode) == (0, 0)
+    assert "already had its run" not in first.stdout and "already had its run" in second.stdout
+    with cron.db() as conn:
+        runs = conn.execute("SELECT slot, slot_seconds, finished_at FROM reconcile_runs WHERE job = 'reconcile'"
+                            ).fetchall()
+    assert len(runs) == 1 and runs[0]["slot_seconds"] == 86_400 and runs[0]["finished_at"] is not None
+    assert runs[0]["slot"].timestamp() % 86_400 == 0
 
 
 def test_a_reconcile_run_over_a_large_history_works_in_bounded_batches(system, capsys):

@@ -133,3 +133,27 @@ def test_the_readme_seed_call_without_a_key_works_only_in_demo_mode_from_loopbac
     assert client.post("/api/contents", json={"title": "t"}, headers={"X-API-Key": ""}).status_code == 401
     off = make_app(database_url, redis_url, media_dir, DEMO_MODE="false").test_client()
     assert off.post("/api/jobs", json=body, headers={"X-API-Key": ""}).status_code == 401
+
+
+def test_a_demo_fault_strikes_only_its_own_lessons_tasks(app, api, real_work, conn):
+    from pipeline import jobs
+
+    # given: a demo job whose first image is to be refused for good, and an editor's lesson saved after it
+    job = api.post("/api/jobs", json={"theme": "旅行", "scenario": "permanent_error"}, role="editor").json
+    other = api.create(1)
+    other_image = next(t for t in api.get(other["status_url"]).json["tasks"] if t["kind"] == "image")
+    # when: the editor's image is made first
+    runtime.install(real_work.rt)
+    assert jobs.run_task(other_image["id"]) == "succeeded"
+    # then: the fault waits for its own lesson
+    assert armed(app) == ["permanent_error"]
+
+    def settled():
+        real_work.until_idle(rounds=1)
+        return api.get(job["status_url"]).json["status"] != "in_progress"
+    wait_until(settled, timeout=60, interval=0.2, message="the demo lesson settles")
+    tasks = {(t["kind"], t["block"]): t for t in api.get(job["status_url"]).json["tasks"]}
+    failed = [key for key, t in tasks.items() if t["status"] == "failed"]
+    assert len(failed) == 1 and failed[0][0] == "image" and armed(app) == []
+    assert tasks[failed[0]]["last_error_code"] == "permanent_error"
+    assert {t["status"] for t in api.get(other["status_url"]).json["tasks"]} == {"succeeded"}

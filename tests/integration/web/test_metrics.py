@@ -148,3 +148,53 @@ def test_dead_letters_of_failed_tasks_are_counted_by_reason(api, work):
     # retried by an editor, the task is no longer failed and its dead letter no longer counts
     api.post(f"/api/tasks/{tasks[0]['id']}/retry", role="editor")
     assert ("mediapipe_dead_letters", (("reason", "permanent error"),)) not in scrape(api)
+
+
+def test_missed_slots_of_the_cron_run_are_measured_recorded_and_overdue(api, work, conn):
+    from datetime import datetime, timedelta, timezone
+
+    from pipeline.reconcile import Reconciler
+
+    def cron_at(at):
+        return Reconciler(work.settings, conn, {}, now=lambda: at).run(3600)
+
+    now = datetime.now(timezone.utc)
+    # given: hourly cron runs five hours ago and none since
+    cron_at(now - timedelta(hours=5))
+    assert scrape(api)[("mediapipe_missed_slots", (("job", "reconcile"),))] == 4   # four slots passed with no run
+    # when: the cron runs again now, it records the gap in its run; the missed slots stay counted for a day
+    assert cron_at(now).missed_before == 4
+    assert scrape(api)[("mediapipe_missed_slots", (("job", "reconcile"),))] == 4
+
+
+def test_messages_in_redis_without_pending_work_and_sent_tasks_without_a_message_are_counted(api, redis_url):
+    import redis as redis_lib
+
+    from testkit.helpers import lesson
+
+    # given: a lesson whose image and narration messages are in Redis, and nothing disagrees
+    first = api.create(1)
+    assert scrape(api)[("mediapipe_queue_disagreement", (("side", "redis_only"),))] == 0
+    assert scrape(api)[("mediapipe_queue_disagreement", (("side", "database_only"),))] == 0
+    # when: a new version supersedes it, its two messages stay in Redis for tasks that need no worker
+    api.put(first["content_url"], json={**lesson(1, prefix="新"), "base_version": 1}, role="editor")
+    samples = scrape(api)
+    assert samples[("mediapipe_queue_disagreement", (("side", "redis_only"),))] == 2
+    assert samples[("mediapipe_queue_disagreement", (("side", "database_only"),))] == 0
+    # when: Redis loses everything, the new version's two sent tasks wait with no message
+    redis_lib.Redis.from_url(redis_url).flushall()
+    samples = scrape(api)
+    assert samples[("mediapipe_queue_disagreement", (("side", "redis_only"),))] == 0
+    assert samples[("mediapipe_queue_disagreement", (("side", "database_only"),))] == 2
+
+
+def test_the_oldest_waiting_task_is_measured_per_lane(api, conn):
+    from testkit.helpers import lesson
+
+    api.create(1)
+    bulk = api.post("/api/contents", json={**lesson(1, prefix="批"), "priority": "bulk"}, role="editor").json
+    conn.execute("UPDATE tasks SET available_at = now() - interval '300 seconds' WHERE content_id = %s",
+                 (bulk["content_id"],))
+    samples = scrape(api)
+    assert 299 < samples[("mediapipe_oldest_waiting_task_age_seconds", (("lane", "bulk"),))] < 400
+    assert samples[("mediapipe_oldest_waiting_task_age_seconds", (("lane", "interactive"),))] < 60

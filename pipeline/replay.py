@@ -1,0 +1,107 @@
+"""Replaying a dead-lettered task: a new run that keeps the history of the run it repeats.
+
+A replay is an editor's decision about a `failed` task: its open dead letter stays and is
+marked replayed (by whom, when, why), a `replays` row records the new run (`replay_of` the
+dead letter, the attempt it starts at, the deadline before and after), and the task goes
+back to `ready` through `pipeline.tasks.replay`. The deadline moves only when the editor
+asks (`extend_deadline_seconds`), decided in `pipeline.core.replay`, and dependents still
+waiting get the same deadline. Like a save, a replay adds work, so it passes admission last:
+over capacity, the transaction rolls back and nothing changes. This module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from pipeline import db, lanes, tasks, versions
+from pipeline.core import replay as rules
+from pipeline.core.errors import Conflict, NotFound
+from pipeline.core.states import TaskStatus
+from pipeline.settings import Settings
+
+ACTION = "dead_letter_replayed"   # the event's action (not "replayed": a provider answering a repeated key)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    replay_id: int
+    task_id: int
+    replay_of: int                      # the dead letter of the run this one repeats
+    status: str
+    first_attempt: int
+    max_attempts: int
+    deadline_before: datetime
+    deadline_after: datetime
+    outbox_ids: tuple[int, ...] = ()    # the caller may send these at once (fast path)
+
+
+def _replayable(conn: psycopg.Connection, task_id: int) -> dict:
+    """The task and its open dead letter, locked; Conflict naming why it cannot be replayed."""
+    task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
+    if task is None:
+        raise NotFound(f"task {task_id} does not exist")
+    if task["status"] != TaskStatus.FAILED.value:
+        raise Conflict(f"task {task_id} is {task['status']}; only a failed task with a dead letter can be replayed",
+                       code="invalid_transition", details={"status": task["status"]})
+    if task["version"] != task["current_version"]:
+        raise Conflict(f"task {task_id} belongs to version {task['version']}, but version "
+                       f"{task['current_version']} is current; replay its tasks there", code="not_current")
+    if task["cancel_requested_at"] is not None:
+        raise Conflict(f"version {task['version']} was cancelled; save a new version to run it again",
+                       code="version_cancelled")
+    letter = db.one(conn, "dead_letters_open_lock", {"task_id": task_id})
+    if letter is None:
+        raise Conflict(f"task {task_id} has no open dead letter to replay", code="no_dead_letter")
+    return {**task, "letter": letter}
+
+
+def replay(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str, why: str,
+           extend_deadline_seconds: float | None = None, now: datetime | None = None) -> Replayed:
+    """Replay a dead-lettered task; CapacityExceeded (nothing changed) when the system is full."""
+    with conn.transaction():
+        task = _replayable(conn, task_id)
+        letter = task["letter"]
+        deadline = rules.replay_deadline(task["deadline_at"], now or datetime.now(timezone.utc),
+                                         extend_deadline_seconds)
+        row = tasks.replay(conn, task_id, budget=cfg.max_attempts, deadline_at=deadline)
+        if row is None or db.one(conn, "dead_letters_mark_replayed", {"id": letter["id"], "actor": actor,
+                                                                      "why": why}) is None:
+            raise Conflict(f"task {task_id} changed while replaying; reload and try again", code="stale")
+        record = db.one(conn, "replays_insert", {
+            "task_id": task_id, "replay_of": letter["id"], "first_attempt": row["attempts"] + 1,
+            "max_attempts": row["max_attempts"], "actor": actor, "why": why,
+            "deadline_before": task["deadline_at"], "deadline_after": deadline})
+        extended = []
+        if deadline != task["deadline_at"]:
+            extended = [r["id"] for r in db.all(conn, "tasks_extend_waiting_dependents",
+                                                {"task_id": task_id, "deadline_at": deadline})]
+        _record_event(conn, row, record, letter, actor=actor, why=why, dependents=extended)
+        versions.admit(conn, cfg, 1, lanes.INTERACTIVE)   # work added like a save's: over capacity, nothing changes
+        outbox = []
+        if not db.scalar(conn, "tasks_unmet_dependencies", {"task_id": task_id}):
+            added = db.one(conn, "outbox_add", {"task_id": task_id, "lane": lanes.INTERACTIVE,
+                                                "available_at": row["available_at"]})
+            outbox = [added["id"]] if added else []
+    return Replayed(record["id"], task_id, letter["id"], row["status"], record["first_attempt"],
+                    record["max_attempts"], task["deadline_at"], deadline, tuple(outbox))
+
+
+def _record_event(conn: psycopg.Connection, row: dict, record: dict, letter: dict, *, actor: str, why: str,
+                  dependents: list[int]) -> None:
+    details = {"replay_id": record["id"], "replay_of": letter["id"], "first_attempt": record["first_attempt"],
+               "max_attempts": record["max_attempts"],
+               "dead_letter": {"reason": letter["reason"], "attempts": letter["attempts"],
+                               "at": letter["at"].isoformat()},
+               "deadline_before": record["deadline_before"].isoformat(),
+               "deadline_after": record["deadline_after"].isoformat(),
+               "deadline_extended": record["deadline_after"] != record["deadline_before"],
+               "dependents_extended": dependents}
+    db.execute(conn, "events_insert", {
+        "task_id": row["id"], "content_id": row["content_id"], "version": row["version"], "action": ACTION,
+        "from_status": TaskStatus.FAILED.value, "to_status": TaskStatus.READY.value, "actor": actor,
+        "attempt": row["attempts"], "lease_token": None, "reason": why[:2000], "details": Jsonb(details)})
+

@@ -1,0 +1,172 @@
+"""Replaying a dead-lettered task: a new run pointing at the dead letter it repeats, the dead letter kept,
+the deadline moved only when asked, admission passed like any work added."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from pipeline import runtime
+from pipeline.core.errors import Permanent
+from receipts.media import MediaStore
+from testkit.helpers import ControlledExecutor
+from testkit.webapp import Api, Work, make_app
+from tests.integration.web.test_metrics import scrape
+from tests.integration.web.test_ui import Forms, page, post, sign_in
+
+
+def tasks_of(api, created) -> dict[str, dict]:
+    body = api.get(created["status_url"]).json
+    return {f"{t['kind']}:{t['block'] or ''}": t for t in body["tasks"]}
+
+
+def failed_image(api, work, created) -> int:
+    """The lesson's image, refused by the provider: failed with a dead letter."""
+    image = tasks_of(api, created)["image:b1"]["id"]
+    work.executor.script[image] = [Permanent("refused")]
+    work.until_idle()
+    assert tasks_of(api, created)["image:b1"]["status"] == "failed"
+    return image
+
+
+def replay(api, task_id: int, **body):
+    return api.post(f"/api/tasks/{task_id}/replay", role="editor", json=body)
+
+
+def test_a_replay_is_a_new_run_pointing_at_the_kept_dead_letter_with_who_and_why(api, work, conn):
+    created = api.create(1)
+    image = failed_image(api, work, created)
+    letter = conn.execute("SELECT * FROM dead_letters WHERE task_id = %s", (image,)).fetchone()
+    deadline = conn.execute("SELECT deadline_at FROM tasks WHERE id = %s", (image,)).fetchone()["deadline_at"]
+    # when an editor replays it, saying why
+    response = replay(api, image, why="the provider fixed its filter")
+    assert response.status_code == 202 and response.headers["Location"] == f"/api/tasks/{image}"
+    body = response.json
+    assert (body["replay_of"], body["first_attempt"], body["max_attempts"], body["status"]) == (letter["id"], 2, 4,
+                                                                                                "ready")
+    # then the dead letter is kept, marked with who replayed it, when and why
+    kept = conn.execute("SELECT * FROM dead_letters WHERE task_id = %s", (image,)).fetchall()
+    assert len(kept) == 1 and kept[0]["reason"] == "permanent error"
+    assert (kept[0]["replayed_by"], kept[0]["replay_why"]) == ("editor@example.com", "the provider fixed its filter")
+    assert kept[0]["replayed_at"] is not None
+    record = conn.execute("SELECT * FROM replays WHERE task_id = %s", (image,)).fetchone()
+    assert (record["replay_of"], record["first_attempt"], record["replayed_by"]) == (letter["id"], 2,
+                                                                                       "editor@example.com")
+    # and the deadline did not move, since nobody asked
+    assert record["deadline_before"] == record["deadline_after"] == deadline
+    assert conn.execute("SELECT deadline_at FROM tasks WHERE id = %s", (image,)).fetchone()["deadline_at"] == deadline
+    event = conn.execute("SELECT * FROM events WHERE action = 'dead_letter_replayed'").fetchone()
+    assert (event["actor"], event["from_status"], event["to_status"], event["reason"]) == (
+        "editor@example.com", "failed", "ready", "the provider fixed its filter")
+    assert event["details"]["replay_of"] == letter["id"] and event["details"]["deadline_extended"] is False
+    # the new run succeeds, and the task's history shows both runs
+    work.until_idle()
+    doc = api.get(f"/api/tasks/{image}").json
+    assert (doc["status"], doc["attempts"]) == ("succeeded", 2)
+    runs = doc["runs"]
+    assert [(r["run"], r["first_attempt"]) for r in runs] == [(1, 1), (2, 2)]
+    assert runs[0]["dead_letter"]["id"] == letter["id"] and runs[1]["replay"]["replay_of"] == letter["id"]
+    assert runs[1]["dead_letter"] is None
+    assert tasks_of(api, created)["bundle:"]["status"] == "succeeded"
+
+
+def test_a_replay_past_the_deadline_needs_an_explicit_extension_which_is_recorded(api, work, conn):
+    created = api.create(1)
+    image = failed_image(api, work, created)
+    bundle = tasks_of(api, created)["bundle:"]["id"]
+    conn.execute("UPDATE tasks SET deadline_at = now() - interval '1 second' WHERE id IN (%s, %s)", (image, bundle))
+    before = conn.execute("SELECT * FROM tasks WHERE id = %s", (image,)).fetchone()
+    # without an extension: refused, nothing changed
+    refused = replay(api, image, why="try again")
+    assert refused.status_code == 409 and refused.json["error"]["code"] == "deadline_passed"
+    assert "extend_deadline_seconds" in refused.json["error"]["message"]
+    after = conn.execute("SELECT * FROM tasks WHERE id = %s", (image,)).fetchone()
+    assert (after["status"], after["deadline_at"], after["max_attempts"]) == ("failed", before["deadline_at"],
+                                                                              before["max_attempts"])
+    assert conn.execute("SELECT replayed_at FROM dead_letters WHERE task_id = %s", (image,)).fetchone()[
+        "replayed_at"] is None
+    # with one hour asked for: the task and its waiting bundle get it, and the replay records both deadlines
+    asked_at = datetime.now(timezone.utc)
+    response = replay(api, image, why="try again", extend_deadline_seconds=3600)
+    assert response.status_code == 202
+    record = conn.execute("SELECT * FROM replays WHERE task_id = %s", (image,)).fetchone()
+    assert record["deadline_before"] == before["deadline_at"]
+    assert abs(record["deadline_after"] - (asked_at + timedelta(hours=1))) < timedelta(seconds=30)
+    moved = {r["id"]: r["deadline_at"] for r in conn.execute("SELECT id, deadline_at FROM tasks WHERE id IN (%s, %s)",
+                                                                (image, bundle)).fetchall()}
+    assert moved == {image: record["deadline_after"], bundle: record["deadline_after"]}
+    event = conn.execute("SELECT details FROM events WHERE action = 'dead_letter_replayed'").fetchone()["details"]
+    assert event["deadline_extended"] is True and event["dependents_extended"] == [bundle]
+    work.until_idle()
+    assert tasks_of(api, created)["bundle:"]["status"] == "succeeded"
+
+
+def test_a_task_failing_again_after_a_replay_gets_a_new_dead_letter_and_its_page_shows_the_chain(
+        app, api, work, conn, tokens):
+    created = api.create(1)
+    image = failed_image(api, work, created)
+    assert replay(api, image, why="first try again").status_code == 202
+    work.executor.script[image] = [Permanent("refused again")]
+    work.until_idle()
+    letters = conn.execute("SELECT * FROM dead_letters WHERE task_id = %s ORDER BY id", (image,)).fetchall()
+    assert [(l["replayed_by"] is not None) for l in letters] == [True, False]   # one kept, one open
+    # only the open one waits for a person: the replayed one is history, not counted again
+    assert scrape(api)[("mediapipe_dead_letters", (("reason", "permanent error"),))] == 1
+    # a second replay, from the task page's form
+    client = app.test_client()
+    csrf = sign_in(client, tokens["editor"])
+    html = page(client, f"/tasks/{image}")
+    form = next(f for f in Forms(html).forms if f["action"] == f"/tasks/{image}/replay")
+    assert {"why", "extend"} <= set(form["inputs"])
+    response = post(client, csrf, f"/tasks/{image}/replay", why="second try", extend="", back="task")
+    assert response.status_code == 303 and response.headers["Location"] == f"/tasks/{image}"
+    work.until_idle()
+    html = page(client, f"/tasks/{image}")
+    assert html.count('data-run="') == 3
+    for text in ("first try again", "second try", f"dead letter {letters[0]['id']}", f"dead letter {letters[1]['id']}"):
+        assert text in html
+    chain = conn.execute("SELECT replay_of, first_attempt FROM replays WHERE task_id = %s ORDER BY id",
+                         (image,)).fetchall()
+    assert [(r["replay_of"], r["first_attempt"]) for r in chain] == [(letters[0]["id"], 2), (letters[1]["id"], 3)]
+    assert conn.execute("SELECT status FROM tasks WHERE id = %s", (image,)).fetchone()["status"] == "succeeded"
+
+
+def test_a_replay_over_capacity_is_503_and_changes_nothing(database_url, redis_url, tmp_path, tokens, conn):
+    # given: room for four pending tasks; a failed image whose bundle waits, and another lesson queued
+    app = make_app(database_url, redis_url, tmp_path / "media", MAX_PENDING_TASKS="4")
+    cfg = app.config["SETTINGS"]
+    executor = ControlledExecutor(MediaStore(tmp_path / "media"))
+    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    created = api.create(1)
+    image = failed_image(api, work, created)
+    api.create(1)   # three more pending: four in all, the limit
+    events = conn.execute("SELECT count(*) AS n FROM events").fetchone()["n"]
+    # when: an editor replays the failed image
+    response = replay(api, image, why="try again", extend_deadline_seconds=60)
+    # then: 503 with Retry-After, and nothing changed
+    assert response.status_code == 503 and int(response.headers["Retry-After"]) >= 1
+    assert response.json["error"]["code"] == "over_capacity"
+    row = conn.execute("SELECT status, max_attempts FROM tasks WHERE id = %s", (image,)).fetchone()
+    assert (row["status"], row["max_attempts"]) == ("failed", 3)
+    assert conn.execute("SELECT count(*) AS n FROM replays").fetchone()["n"] == 0
+    assert conn.execute("SELECT replayed_at FROM dead_letters WHERE task_id = %s", (image,)).fetchone()[
+        "replayed_at"] is None
+    assert conn.execute("SELECT count(*) AS n FROM events").fetchone()["n"] == events
+    # once the queue drains, the same replay is accepted
+    work.until_idle()
+    assert replay(api, image, why="try again").status_code == 202
+    runtime.install(None)
+
+
+def test_replays_that_cannot_be_made_are_refused_with_a_clear_code(api, work, conn):
+    created = api.create(1)
+    image = failed_image(api, work, created)
+    tts = tasks_of(api, created)["tts:b1"]["id"]
+    assert replay(api, image).status_code == 422                                    # no why
+    assert replay(api, image, why=" ").json["error"]["field"] == "why"
+    for bad in (0, -5, 604801, "3600", True, 1.5):
+        response = replay(api, image, why="x", extend_deadline_seconds=bad)
+        assert response.status_code == 422 and response.json["error"]["field"] == "extend_deadline_seconds", bad
+    assert replay(api, tts, why="x").json["error"]["code"] == "invalid_transition"   # succeeded, not failed
+    assert replay(api, 987654, why="x").status_code == 404
+    assert api.post(f"/api/tasks/{image}/replay", role="reviewer", json={"why": "x"}).status_code == 403
+    assert conn.execute("SELECT count(*) AS n FROM replays").fetchone()["n"] == 0
