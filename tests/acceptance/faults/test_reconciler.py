@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from pipeline import versions
+from pipeline import storage, versions
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from testkit.helpers import draft, wait_until
@@ -93,12 +93,15 @@ def test_a_reconcile_run_over_a_large_history_works_in_bounded_batches(system, c
                                max_attempts, deadline_at, asset_sha256)
             SELECT 1, 2, 'image', 'h' || g, '{}', repeat('a', 64), 'succeeded', 1, 3, now(), repeat('b', 64)
             FROM generate_series(1, 100000) g;
-            INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, status, attempts,
-                               max_attempts, deadline_at, lease_token, lease_until)
-            SELECT 1, 2, 'tts', 'x' || g, '{}', repeat('c', 64), 'running', 1, 3, now() + interval '1 hour',
-                   gen_random_uuid(), now() - interval '1 second'
-            FROM generate_series(1, 1000) g;
         """)
+        # expired leases of workers that wrote their receipts where this reconciler looks
+        conn.execute("""
+            INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, status, attempts,
+                               max_attempts, deadline_at, lease_token, lease_until, receipt_store)
+            SELECT 1, 2, 'tts', 'x' || g, '{}', repeat('c', 64), 'running', 1, 3, now() + interval '1 hour',
+                   gen_random_uuid(), now() - interval '1 second', %(store)s
+            FROM generate_series(1, 1000) g;
+        """, {"store": storage.receipt_book(system.cfg).store_id()})
     started = time.monotonic()
     with connect(system.env["DATABASE_URL"], autocommit=True) as conn:
         report = Reconciler(system.cfg, conn, {}, batch=batch).run()
