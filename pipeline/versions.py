@@ -2,6 +2,9 @@
 the runnable ones and supersedes older versions' unfinished work. Also cancel.
 
 Nothing is written when a save is refused (stale base, capacity, a key's own limits, bad input).
+Admission is exact and saves do not queue behind each other's WAL flush: the admission lock is
+taken last and covers the count and an asynchronous commit only; the save is then made durable
+(`admission_flush`) outside the lock, before anyone is told it was accepted (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -74,18 +77,18 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
                            f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
     try:
         with conn.transaction():
-            earlier = _earlier_save(conn, save_key, request_digest)
-            if earlier:
-                return earlier
-            return _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-                             key_id, lane)
+            saved = _earlier_save(conn, save_key, request_digest) or _save_new(
+                conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest, key_id, lane)
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
-            earlier = _earlier_save(conn, save_key, request_digest)
-        if earlier is None:
+            saved = _earlier_save(conn, save_key, request_digest)
+        if saved is None:
             raise
-        return earlier
+    # Saves commit without waiting for their WAL flush (admit): make this one, or the earlier one we
+    # answer with, durable before the caller may answer 202.
+    db.execute(conn, "admission_flush")
+    return saved
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
@@ -114,7 +117,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
     if key_id is not None:
         _admit_key(conn, cfg, key_id)
-    admit(conn, cfg, len(plan), lane)
+    admit(conn, cfg, len(plan), lane, flush_later=True)
     fast = tuple(outbox) if lane == lanes.INTERACTIVE else ()
     return Saved(content_id, number, created=True, outbox_ids=fast, superseded=len(superseded), lane=lane)
 
@@ -135,13 +138,17 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: 
     return [row["id"] for row in queued]
 
 
-def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
-    """Admission, last in the save: the lock is held only for the count and the commit.
+def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, *, flush_later: bool = False) -> None:
+    """Admission, last in the transaction: the lock is held only for the count and the commit.
 
-    Saves serialise on the lock, and the count runs after it is granted, so it sees every
-    save committed before and this save's own tasks: the limit cannot be raced past.
+    Admissions serialise on the lock, and the count runs after it is granted, so it sees every
+    one committed before and this transaction's own tasks: the limit cannot be raced past.
     A bulk save stops short of the limit (lanes.admission_limit), keeping room for editors.
+    `flush_later`: the commit does not wait for its WAL flush, so the lock is released at once;
+    the caller must run `admission_flush` after the commit and before acknowledging anything.
     """
+    if flush_later:
+        db.execute(conn, "admission_commit_async")
     db.execute(conn, "admission_lock")
     pending = db.scalar(conn, "admission_pending")
     limit = lanes.admission_limit(cfg, lane)
