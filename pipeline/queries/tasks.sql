@@ -29,7 +29,8 @@ ORDER BY id;
 -- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
 SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
--- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
+-- tasks_claim: take a runnable task for one attempt, with the stored asset its input already has (reuse_*);
+-- a duplicate or early message matches nothing
 WITH candidate AS (
     SELECT t.id, t.status FROM tasks t
     JOIN contents c ON c.id = t.content_id
@@ -58,8 +59,11 @@ WITH candidate AS (
            'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
     FROM claimed
 )
-SELECT claimed.*, v.saved_at FROM claimed
-JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
+SELECT claimed.*, v.saved_at, a.sha256 AS reuse_sha256, a.media_type AS reuse_media_type, a.size AS reuse_size,
+       a.width AS reuse_width, a.height AS reuse_height, a.duration_ms AS reuse_duration_ms FROM claimed
+JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version
+LEFT JOIN asset_inputs i ON i.fingerprint = claimed.fingerprint AND claimed.kind <> 'bundle'
+LEFT JOIN assets a ON a.sha256 = i.sha256;
 
 -- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
 -- cancel was requested
@@ -69,6 +73,14 @@ WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'run
   AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at)   -- past its ceiling, an attempt is let go
   AND v.content_id = t.content_id AND v.version = t.version
 RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- tasks_lease_look: whether the lease is still held and for how long, and whether a cancel was requested;
+-- a read, so the check right before a paid call writes nothing while the lease is fresh
+SELECT extract(epoch FROM t.lease_until - now())::float AS seconds_left,
+       v.cancel_requested_at IS NOT NULL AS cancel_requested
+FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
+  AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at);
 
 -- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
 SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
