@@ -123,18 +123,20 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
 
 
 def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: Settings) -> list[int]:
-    """The version's tasks, their dependencies and the outbox rows of the runnable ones, in three batches."""
+    """The version's tasks, their dependencies and the outbox rows of the runnable ones: three statements."""
     plan = [stamped(task, content_id, number) for task in plan]
-    rows = db.many(conn, "tasks_insert", [{
-        "content_id": content_id, "version": number, "kind": task.kind.value, "block_key": task.block_key,
-        "input": Jsonb(task.input), "fingerprint": task.fingerprint, "max_attempts": cfg.max_attempts,
-        "deadline_at": version["deadline_at"]} for task in plan])
-    ids = {task.ref: row["id"] for task, row in zip(plan, rows)}
-    db.many(conn, "task_deps_insert", [{"task_id": ids[task.ref], "depends_on": ids[dep]}
-                                       for task in plan for dep in task.depends_on])
-    queued = db.many(conn, "outbox_add", [{"task_id": ids[task.ref], "lane": version["lane"],
-                                           "available_at": version["saved_at"]}
-                                          for task in plan if not task.depends_on])
+    rows = db.all(conn, "tasks_insert_many", {
+        "content_id": content_id, "version": number, "max_attempts": cfg.max_attempts,
+        "deadline_at": version["deadline_at"], "kinds": [task.kind.value for task in plan],
+        "block_keys": [task.block_key for task in plan], "inputs": Jsonb([task.input for task in plan]),
+        "fingerprints": [task.fingerprint for task in plan]})
+    ids = {f"{row['kind']}:{row['block_key'] or ''}": row["id"] for row in rows}
+    deps = [(ids[task.ref], ids[dep]) for task in plan for dep in task.depends_on]
+    if deps:
+        db.execute(conn, "task_deps_insert_many", {"task_ids": [d[0] for d in deps],
+                                                   "depends_on": [d[1] for d in deps]})
+    queued = db.all(conn, "outbox_add_many", {"task_ids": [ids[task.ref] for task in plan if not task.depends_on],
+                                              "lane": version["lane"], "available_at": version["saved_at"]})
     return [row["id"] for row in queued]
 
 

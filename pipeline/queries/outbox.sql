@@ -8,6 +8,14 @@ WHERE t.id = %(task_id)s
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 
+-- outbox_add_many: messages for a new version's runnable tasks, in one statement, in the given lane
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, %(lane)s::lane, %(available_at)s::timestamptz FROM tasks t
+WHERE t.id = ANY(%(task_ids)s::bigint[])
+ORDER BY t.id
+ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
+RETURNING id;
+
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded
 INSERT INTO outbox (task_id, queue, lane, available_at)
 SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id

@@ -1,13 +1,18 @@
 -- Tasks, their dependencies and dead letters: every state change of a task is one query here.
 
--- tasks_insert: one task of a new version
+-- tasks_insert_many: a new version's tasks in one statement (parallel arrays); each id with its kind and block
 INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
-VALUES (%(content_id)s, %(version)s, %(kind)s, %(block_key)s, %(input)s, %(fingerprint)s, %(max_attempts)s,
-        %(deadline_at)s)
-RETURNING id;
+SELECT %(content_id)s, %(version)s, x.kind::task_kind, x.block_key, i.input, x.fingerprint, %(max_attempts)s,
+       %(deadline_at)s
+FROM unnest(%(kinds)s::text[], %(block_keys)s::text[], %(fingerprints)s::text[])
+     WITH ORDINALITY AS x(kind, block_key, fingerprint, n)
+JOIN jsonb_array_elements(%(inputs)s::jsonb) WITH ORDINALITY AS i(input, n) ON i.n = x.n
+ORDER BY x.n
+RETURNING id, kind::text AS kind, block_key;
 
--- task_deps_insert: task_id may run only after depends_on succeeded
-INSERT INTO task_deps (task_id, depends_on) VALUES (%(task_id)s, %(depends_on)s);
+-- task_deps_insert_many: task_ids[i] may run only after depends_on[i] succeeded, in one statement
+INSERT INTO task_deps (task_id, depends_on)
+SELECT * FROM unnest(%(task_ids)s::bigint[], %(depends_on)s::bigint[]);
 
 -- tasks_get: one task
 SELECT * FROM tasks WHERE id = %(task_id)s;
