@@ -110,6 +110,10 @@ FROM (
 WHERE o.id = picked.id AND o.sent_at IS NULL AND (o.claim_until IS NULL OR o.claim_until < now())
 RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
 
+-- outbox_commit_async: a claim or a sent mark does not wait for its WAL flush; lost in a crash, it only makes
+-- the row be sent again, and a duplicate message claims nothing
+SET LOCAL synchronous_commit TO off;
+
 -- outbox_mark_sent: record the enqueue, only for rows this claim still holds
 -- (it must not touch the task row: a worker claiming that task right now skips locked rows)
 UPDATE outbox SET sent_at = now(), rq_job_id = 'task-' || task_id || '-' || id
