@@ -115,7 +115,7 @@ class Claimed:
 
 def _claim_once(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claimed | None:
     conn, cfg = rt.conn(), rt.settings
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():   # BEGIN goes with the claim, COMMIT with the last statement
         found = tasks.claim_with_reuse(conn, task_id, worker=rt.worker_id, lease_seconds=cfg.lease_seconds,
                                        rq_job_id=job_id, attempt_seconds=cfg.attempt_ceiling_seconds)
         if found is None:
@@ -123,11 +123,12 @@ def _claim_once(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claime
         claimed = Claimed(*found, settlement=Settlement(found[0]))
         if claimed.reusable is not None or claimed.task.kind == "bundle":
             return claimed
-        claimed.holds_input = tasks.take_input_in(conn, claimed.task, cfg.lease_seconds)
+        # the input's holder may have stored its asset just before we took the input: look again, after the take
+        # (a statement of its own, so it sees what committed before the take), in the same round trip
+        claimed.holds_input, reusable = tasks.take_input_and_look(conn, claimed.task, cfg.lease_seconds)
         if not claimed.holds_input:
             return claimed
-        # the input's holder may have stored its asset just before we took the input: look again
-        claimed.reusable = tasks.find_reusable(conn, claimed.task.fingerprint)
+        claimed.reusable = reusable
         prepare = getattr(rt.executor, "prepare", None)
         if claimed.reusable is None and prepare is not None:
             try:

@@ -151,14 +151,20 @@ def heartbeat(conn: psycopg.Connection, task: Task, lease_seconds: float) -> Bea
 def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> bool:
     """Hold the right to make the one paid call for this task's input; False when another task holds it."""
     with conn.transaction():
-        return take_input_in(conn, task, hold_seconds)
-
-
-def take_input_in(conn: psycopg.Connection, task: Task, hold_seconds: float) -> bool:
-    """`take_input` in the caller's transaction (the claim's)."""
-    row = db.one(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
-                                            "lease_token": task.lease_token, "hold_seconds": hold_seconds})
+        row = db.one(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
+                                                "lease_token": task.lease_token, "hold_seconds": hold_seconds})
     return row is not None and row["task_id"] == task.id
+
+
+def take_input_and_look(conn: psycopg.Connection, task: Task, hold_seconds: float) -> tuple[bool, Asset | None]:
+    """`take_input` in the caller's transaction (the claim's, in pipeline mode), then the stored asset of the
+    input as it stands after the take (its holder may have stored it just before letting go)."""
+    with conn.pipeline():
+        took = db.execute(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
+                                                     "lease_token": task.lease_token, "hold_seconds": hold_seconds})
+        found = db.execute(conn, "asset_inputs_find", {"fingerprint": task.fingerprint})
+        row, asset = took.fetchone(), found.fetchone()
+    return row is not None and row["task_id"] == task.id, None if asset is None else Asset.from_row(asset)
 
 
 def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor: str,
@@ -188,9 +194,8 @@ def release_input(conn: psycopg.Connection, task: Task) -> None:
 
 def _release_input_in(conn: psycopg.Connection, task: Task) -> None:
     """`release_input` in the caller's transaction (a savepoint would cost a transaction id of its own)."""
-    if task.kind != "bundle" and db.one(conn, "input_calls_release", {
-            "fingerprint": task.fingerprint, "lease_token": task.lease_token}) is not None:
-        db.execute(conn, "tasks_wake_input_waiters", {"fingerprint": task.fingerprint})
+    if task.kind != "bundle":
+        db.execute(conn, "input_calls_release", {"fingerprint": task.fingerprint, "lease_token": task.lease_token})
 
 
 @dataclass(frozen=True)
@@ -239,14 +244,16 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     commit), so newer work reuses the asset. If the lease was lost to a cancel, the task is cancelled.
     """
     check_transition(seen.status, outcome.to, seen.by)
-    if outcome.to is TaskStatus.SUCCEEDED:   # dependents are released exactly once (docs/decisions.md)
-        db.all(conn, "tasks_lock_dependents", {"task_id": seen.task_id})
-    if outcome.asset is not None:            # a paid result is kept whatever happens to the move
-        db.execute(conn, "assets_upsert", outcome.asset.__dict__)
-        db.execute(conn, "asset_inputs_upsert", {"fingerprint": seen.fingerprint, "sha256": outcome.asset.sha256})
-    if seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN:
-        _release_input_in(conn, seen.task)   # the call is over; an unknown one keeps its input held
-    row = _move(conn, seen, outcome, actor)
+    with conn.pipeline():   # up to the move, one round trip: nothing before it needs an answer
+        if outcome.to is TaskStatus.SUCCEEDED:   # dependents are released exactly once (docs/decisions.md)
+            db.execute(conn, "tasks_lock_dependents", {"task_id": seen.task_id})
+        if outcome.asset is not None:            # a paid result is kept whatever happens to the move
+            db.execute(conn, "assets_upsert", outcome.asset.__dict__)
+            db.execute(conn, "asset_inputs_upsert", {"fingerprint": seen.fingerprint,
+                                                     "sha256": outcome.asset.sha256})
+        if seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN:
+            _release_input_in(conn, seen.task)   # the call is over; an unknown one keeps its input held
+        row = _move(conn, seen, outcome, actor)
     if row is None:
         return _not_moved(conn, seen, outcome, actor)
     unblocked = ()
@@ -321,7 +328,7 @@ def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, r
     (its call's ledger row, its provider slot's release), in the same transaction.
     """
     code = decide.Reason.REUSED if reused_from is not None else decide.Reason.SUCCEEDED
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():
         applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
                         actor=actor)
         if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
@@ -342,7 +349,7 @@ def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Se
     outcome = policy.after_failure(error, attempts=task.attempts, max_attempts=task.max_attempts, now=now,
                                    deadline=task.deadline_at, base=cfg.backoff_base_seconds,
                                    cap=cfg.backoff_cap_seconds, rng=rng or random.Random())
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():
         applied = apply(conn, Seen.held(task), outcome, actor=actor)
         _with(conn, also)
     _done(also)
@@ -351,7 +358,7 @@ def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Se
 
 def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str, also: AlsoWrite | None = None) -> None:
     """The worker stops: its version was cancelled. LeaseLost, having written nothing, when the lease was lost."""
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():
         apply(conn, Seen.held(task), decide.cancelled(), actor=actor)
         _with(conn, also)
     _done(also)

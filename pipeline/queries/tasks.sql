@@ -206,14 +206,6 @@ WITH moved AS (
 )
 SELECT * FROM moved;
 
--- tasks_wake_input_waiters: tasks waiting for this input may run now (their messages are due at once)
-WITH woken AS (
-    UPDATE tasks SET available_at = now()
-    WHERE fingerprint = %(fingerprint)s AND status = 'retry' AND waiting_for = 'input'
-    RETURNING id
-)
-UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
-
 -- tasks_paused_by_budget: tasks waiting for a budget, per kind (read through the unfinished-task index)
 SELECT kind::text AS kind, count(*) AS n FROM tasks WHERE status = 'retry' AND waiting_for = 'budget' GROUP BY 1;
 
