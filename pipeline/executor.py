@@ -71,11 +71,12 @@ class Settlement:
     def committed(self) -> None:
         self.settled = True
 
-    def settle_alone(self, conn: psycopg.Connection) -> None:
+    def settle_alone(self, connect: Callable[[], psycopg.Connection]) -> None:
         """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
         if self.settled or (self.ledger is None and self.slot is None):
             return
         try:
+            conn = connect()
             with conn.transaction():
                 self.write(conn)
             self.settled = True

@@ -225,7 +225,7 @@ def run_task(task_id: int) -> str:
         log("lease_lost_nothing_written", **fields, error=str(exc))
         return "lease_lost"
     finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
-        claimed.settlement.settle_alone(rt.conn())
+        claimed.settlement.settle_alone(rt.conn)
     dispatch.send_now(rt.conn(), rt.redis, unblocked, claim_seconds=rt.settings.dispatch_claim_seconds)
     log("job_end", **fields, status=status)
     return status
