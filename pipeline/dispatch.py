@@ -4,7 +4,8 @@ Claim due rows (SKIP LOCKED, a claim token, a short claim lease) and commit;
 enqueue one RQ job per row carrying only the task id; then mark the rows sent
 where the claim token still matches. A crash between enqueue and mark leaves the
 rows to be claimed again after the claim lease: a duplicate message, which the
-task claim turns into a no-op. Due times live in the outbox, never in RQ.
+task claim turns into a no-op. For the same reason neither commit waits for its
+WAL flush: a claim or a mark lost in a crash only means a message sent again. Due times live in the outbox, never in RQ.
 
 Each row goes to its kind's queue in its lane (pipeline/lanes.py). Interactive rows
 are sent as soon as they are due, also by the fast path after a commit. Bulk rows
@@ -58,7 +59,8 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
 def _send(conn: psycopg.Connection, conn_redis: redis.Redis, claim_query: str, params: dict,
           claim_seconds: float) -> int:
     token = uuid.uuid4()
-    with conn.transaction():
+    with conn.transaction(), conn.pipeline():
+        db.execute(conn, "outbox_commit_async")
         rows = db.all(conn, claim_query, {**params, "claim_token": token, "claim_seconds": claim_seconds})
     if not rows:
         return 0
@@ -70,7 +72,8 @@ def _send(conn: psycopg.Connection, conn_redis: redis.Redis, claim_query: str, p
         log("dispatch_failed", outbox_ids=[r["id"] for r in rows], error=exc.__class__.__name__,
             most_attempts=max(r["send_attempts"] for r in rows), stuck=stuck or None)
         raise
-    with conn.transaction():
+    with conn.transaction(), conn.pipeline():
+        db.execute(conn, "outbox_commit_async")
         sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
     for row in rows:
         log("dispatched", task_id=row["task_id"], outbox_id=row["id"],

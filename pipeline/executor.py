@@ -3,9 +3,11 @@
 `pipeline.jobs` claims a task and hands it here; the executor returns the stored asset or
 raises a classified error, and `pipeline.tasks` applies what the retry policy makes of it.
 Order of a media attempt: take a provider slot and a rate token and book the call's cost
-(else Busy or BudgetReached), check the attempt (`Attempt.check`: lease held, version not
-cancelled), write the intent receipt (durable), call the provider outside any transaction,
-store the asset file, write the result receipt (durable), record the call in the ledger.
+(`prepare`, inside the claim's transaction; else Busy or BudgetReached), check the attempt
+(`Attempt.check`: lease held, version not cancelled; a read unless the lease needs renewing),
+write the intent receipt (durable), call the provider outside any transaction, store the
+asset file, write the result receipt (durable). The call's ledger row and the slot's release
+are left in the attempt's `Settlement`, written in the transaction that applies the outcome.
 Anything that goes wrong before the intent receipt is `Transient` (the provider was
 provably not called). After it, the provider's own classification holds, as the money
 rule (`pipeline.core.policy.as_decided`) reads it: an `Ambiguous` answer from a provider
@@ -18,9 +20,10 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import psycopg
 
@@ -42,8 +45,50 @@ from receipts.media import MediaStore
 PROVIDER_KIND = {"image": "image", "tts": "audio"}
 
 
+@dataclass
+class Settlement:
+    """What one attempt took before its call and owes after it: the provider slot it holds (released)
+    and the call's ledger row (written). Both are written in the transaction that applies the attempt's
+    outcome (`write`), or on their own when that transaction did not commit (`settle_alone`)."""
+
+    task: Task
+    provider: str | None = None          # the slot's provider name (Limits), None when no slot is held
+    slot: int | None = None
+    holder: uuid.UUID | None = None
+    booking: spend.Booking | None = None
+    replay: bool = False
+    ledger: dict | None = None           # the call's ledger row, once the call was made
+    settled: bool = False
+
+    def write(self, conn: psycopg.Connection) -> None:
+        """Release the slot and write the ledger row, in the caller's transaction."""
+        if self.ledger is not None:
+            ledger.record_call(conn, self.task, **self.ledger)
+        if self.slot is not None:
+            db.execute(conn, "provider_slots_release", {"provider": self.provider, "slot": self.slot,
+                                                        "holder": self.holder})
+
+    def committed(self) -> None:
+        self.settled = True
+
+    def settle_alone(self, connect: Callable[[], psycopg.Connection]) -> None:
+        """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
+        if self.settled or (self.ledger is None and self.slot is None):
+            return
+        try:
+            conn = connect()
+            with conn.transaction():
+                self.write(conn)
+            self.settled = True
+        except psycopg.Error as exc:   # the slot frees itself at held_until; the receipts keep the call
+            log("settlement_failed", task_id=self.task.id, error=exc.__class__.__name__,
+                ledger=self.ledger is not None)
+
+
 class Attempt(Protocol):
     """What the executor needs of the attempt it works for (`pipeline.jobs.AttemptContext`)."""
+
+    settlement: Settlement
 
     def check(self) -> None:
         """Raise LeaseLost or Cancelled when the attempt must stop now (else Transient if it cannot tell)."""
@@ -102,20 +147,21 @@ def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int
 class Limits:
     """Provider slots and per-minute rate, shared through PostgreSQL by every worker."""
 
-    conn: Callable[[], psycopg.Connection]
     _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
 
-    def take(self, provider: str, p: ProviderSettings,
+    def take(self, conn: psycopg.Connection, provider: str, p: ProviderSettings,
              book: Callable[[psycopg.Connection], spend.Booking | None]) -> tuple[int, uuid.UUID, spend.Booking | None]:
-        """Hold one call slot, count one call in this minute's window and book its cost, all or nothing.
+        """Hold one call slot, count one call in this minute's window and book its cost, all or nothing,
+        in the caller's transaction.
 
-        Raises Busy (no slot, rate reached) or BudgetReached; then nothing is held or booked.
+        Raises Busy (no slot, rate reached) or BudgetReached; then nothing is held or booked. A booking
+        that can fail runs in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
         """
-        conn, holder = self.conn(), uuid.uuid4()
+        holder = uuid.uuid4()
         if (provider, p.max_concurrency) not in self._ensured:
             db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
             self._ensured.add((provider, p.max_concurrency))
-        with conn.transaction():
+        with conn.transaction() if p.cost_per_call > 0 else _no_savepoint():
             row = db.one(conn, "provider_slot_and_rate_take", {
                 "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
                 "hold_seconds": p.call_timeout + 30})
@@ -126,18 +172,17 @@ class Limits:
         raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
                    retry_after=float(row["seconds_left"]))
 
-    def give_back(self, provider: str, slot: int, holder: uuid.UUID) -> None:
-        try:
-            db.execute(self.conn(), "provider_slots_release", {"provider": provider, "slot": slot, "holder": holder})
-        except psycopg.Error as exc:  # the slot frees itself at held_until
-            log("slot_release_failed", provider=provider, slot=slot, error=exc.__class__.__name__)
+
+@contextmanager
+def _no_savepoint() -> Iterator[None]:
+    yield
 
 
 class ProviderExecutor:
     def __init__(self, cfg: Settings, providers: dict[str, Provider], store: MediaStore, book: ReceiptBook,
                  conn: Callable[[], psycopg.Connection]) -> None:
         self.cfg, self.providers, self.store, self.book, self.conn = cfg, providers, store, book, conn
-        self.limits = Limits(conn)
+        self.limits = Limits()
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> "ProviderExecutor":
@@ -155,6 +200,19 @@ class ProviderExecutor:
             return current
         return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn)
 
+    def prepare(self, conn: psycopg.Connection, task: Task, settlement: Settlement) -> None:
+        """Take the slot and rate token and book the cost of the task's call, in the caller's transaction
+        (the claim's); what was taken goes into `settlement`. Busy or BudgetReached: nothing was taken."""
+        provider = self.providers[task.kind]
+        settings: ProviderSettings = getattr(self.cfg, task.kind)
+        name = f"{provider.name}:{task.kind}"
+        replay = settings.honours_idempotency_key and ledger.key_charged(
+            conn, idempotency_key(task.fingerprint, task.id))
+        slot, holder, booking = self.limits.take(conn, name, settings, lambda c: None if replay else spend.book(
+            c, provider.name, task.content_id, settings, self.cfg.content_budget, self.cfg.budget_recheck_seconds))
+        settlement.provider, settlement.slot, settlement.holder = name, slot, holder
+        settlement.booking, settlement.replay = booking, replay
+
     def execute(self, task: Task, attempt: Attempt) -> Asset:
         if task.kind == "bundle":  # local work, nothing is paid: any failure may simply be retried
             try:
@@ -164,25 +222,23 @@ class ProviderExecutor:
                 raise Transient(f"could not build the bundle: {exc}") from exc
         provider = self.providers[task.kind]
         settings: ProviderSettings = getattr(self.cfg, task.kind)
-        name = f"{provider.name}:{task.kind}"
+        settlement = attempt.settlement
         try:  # nothing has reached the provider yet: any failure here is Transient, Busy or BudgetReached
             request = request_for(task, seconds_left=(min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
                                                       - datetime.now(timezone.utc)).total_seconds())
-            replay = settings.honours_idempotency_key and ledger.key_charged(self.conn(), request.idempotency_key)
-            slot, holder, booking = self.limits.take(name, settings, lambda conn: None if replay else spend.book(
-                conn, provider.name, task.content_id, settings, self.cfg.content_budget,
-                self.cfg.budget_recheck_seconds))
+            if settlement.slot is None:   # not taken with the claim (the input was held by another first)
+                conn = self.conn()
+                with conn.transaction():
+                    self.prepare(conn, task, settlement)
         except psycopg.Error as exc:
             raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
         try:
             attempt.check()
-            return self._call(task, provider, settings, request, replay)
+            return self._call(task, provider, settings, request, settlement)
         except Exception as exc:
-            if booking is not None and policy.unpaid(exc):
-                self._refund(booking)
+            if settlement.booking is not None and policy.unpaid(exc):
+                self._refund(settlement.booking)
             raise
-        finally:
-            self.limits.give_back(name, slot, holder)
 
     def provider_name(self, kind: str) -> str:
         """The name the ledger uses for the provider of a task kind."""
@@ -195,7 +251,7 @@ class ProviderExecutor:
             log("spend_refund_failed", provider=booking.provider, error=exc.__class__.__name__)
 
     def _call(self, task: Task, provider: Provider, settings: ProviderSettings, request: GenerateRequest,
-              replay: bool = False) -> Asset:
+              settlement: Settlement) -> Asset:
         try:
             self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
                                           provider.model, task.fingerprint, request.idempotency_key, now()))
@@ -207,25 +263,17 @@ class ProviderExecutor:
             result = provider.generate(request)
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
-            charged = policy.may_have_charged(exc, replay=replay)
-            self._record(task, **record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
-                         latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
+            charged = policy.may_have_charged(exc, replay=settlement.replay)
+            settlement.ledger = dict(record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
+                                     latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
             decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
             if decided is exc:
                 raise
             raise decided from exc
         elapsed = int((time.monotonic() - started) * 1000)
         asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
+        # The ledger row is written with the outcome (Settlement); the receipts are the durable record of the call.
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
-        self._record(task, **record, outcome="replayed" if replay else "succeeded", http_status=200,
-                     latency_ms=elapsed, cost=0.0 if replay else settings.cost_per_call)
+        settlement.ledger = dict(record, outcome="replayed" if settlement.replay else "succeeded", http_status=200,
+                                 latency_ms=elapsed, cost=0.0 if settlement.replay else settings.cost_per_call)
         return asset
-
-    def _record(self, task: Task, **row) -> None:
-        # After the call, a database hiccup must not change what the call's outcome means:
-        # the receipts are the durable record; the ledger row is best effort here.
-        try:
-            ledger.record_call(self.conn(), task, **row)
-        except psycopg.Error as exc:
-            log("ledger_write_failed", idempotency_key=row["idempotency_key"], outcome=row["outcome"],
-                error=exc.__class__.__name__)

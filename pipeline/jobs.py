@@ -1,14 +1,15 @@
 """The RQ job: `run_task(task_id)` does one attempt of one task, fenced by its lease.
 
 The execution path, from a message to a written outcome: the worker (bin/worker.py)
-runs `run_task`, which claims the task (`pipeline.tasks.claim`), reuses an asset its
-input already has or takes the input's one paid call, hands the attempt to the
-process's executor (`pipeline.executor`, kept by `pipeline.runtime`) under an
-`AttemptContext`, and has `pipeline.tasks` apply the outcome (`succeed`, or
-`fail_attempt`, which asks the retry policy). A message carries only the task id.
-Whether there is anything to do is decided by the claim in PostgreSQL: a duplicate
-or early message claims nothing and returns. The job's return value carries no
-business state.
+runs `run_task`, which claims the task in one transaction (`pipeline.tasks.claim_with_reuse`:
+the claim, the asset its input already has, the input's one paid call and, through the
+executor's `prepare`, the provider slot, rate token and booking), reuses that asset or hands
+the attempt to the process's executor (`pipeline.executor`, kept by `pipeline.runtime`) under
+an `AttemptContext`, and has `pipeline.tasks` apply the outcome (`succeed`, or `fail_attempt`,
+which asks the retry policy) in one more transaction, with the call's ledger row and the
+slot's release (`executor.Settlement`). A message carries only the task id. Whether there is
+anything to do is decided by the claim in PostgreSQL: a duplicate or early message claims
+nothing and returns. The job's return value carries no business state.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, TypeVar
 
@@ -23,8 +25,9 @@ import psycopg
 from rq import get_current_job
 
 from pipeline import dispatch, runtime, tasks
-from pipeline.core.errors import Cancelled, LeaseLost, Transient
-from pipeline.core.records import Task
+from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Transient
+from pipeline.core.records import Asset, Task
+from pipeline.executor import Settlement
 from pipeline.log import log
 from pipeline.settings import Settings
 
@@ -36,8 +39,9 @@ class AttemptContext:
     kept alive by a background heartbeat while the work runs. `check()` says, right before a paid
     call, whether the attempt may go on."""
 
-    def __init__(self, rt: runtime.Runtime, task: Task) -> None:
+    def __init__(self, rt: runtime.Runtime, task: Task, settlement: Settlement | None = None) -> None:
         self.rt, self.task = rt, task
+        self.settlement = settlement or Settlement(task)
         self.worker = rt.worker_id
         self.lost = self.cancel_requested = False
         self._stop = threading.Event()
@@ -75,9 +79,27 @@ class AttemptContext:
                 log("lease_lost", task_id=self.task.id, attempt=self.task.attempts, lease_token=self.task.lease_token)
                 told = True
 
+    def look(self) -> bool:
+        """Read the lease (no write); renew it only when it is no fresher than a heartbeat would leave it.
+        False when PostgreSQL could not be asked."""
+        with self._lock:
+            try:
+                seen = tasks.look(self.rt.conn("lease"), self.task)
+            except psycopg.OperationalError as exc:
+                self.rt.drop("lease")
+                log("lease_check_failed", task_id=self.task.id, lease_token=self.task.lease_token,
+                    error=exc.__class__.__name__)
+                return False
+        cfg = self.rt.settings
+        if seen.alive and seen.seconds_left < cfg.lease_seconds - cfg.heartbeat_seconds:
+            return self.beat()
+        self.lost = self.lost or not seen.alive
+        self.cancel_requested = seen.cancel_requested
+        return True
+
     def check(self) -> None:
         """Raise Transient (the lease cannot be confirmed), LeaseLost or Cancelled when the attempt must stop."""
-        if not self.beat():
+        if not self.look():
             raise Transient(f"task {self.task.id}: cannot confirm the lease; not calling the provider")
         if self.lost:
             raise LeaseLost(f"task {self.task.id}: lease {self.task.lease_token} is no longer held")
@@ -112,14 +134,50 @@ def _written(rt: runtime.Runtime, write: Callable[[psycopg.Connection], T]) -> T
             time.sleep(0.5)
 
 
-def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Task | None:
-    return _written(rt, lambda conn: tasks.claim(
-        conn, task_id, worker=rt.worker_id, lease_seconds=rt.settings.lease_seconds, rq_job_id=job_id,
-        attempt_seconds=rt.settings.attempt_ceiling_seconds, receipt_store=rt.receipt_store))
+@dataclass
+class Claimed:
+    """What the claim's transaction found and took: the task, the asset its input already has, whether it
+    holds the input's one paid call, and the executor's refusal to prepare the call (Busy, BudgetReached)."""
+
+    task: Task
+    reusable: Asset | None = None
+    holds_input: bool = False
+    settlement: Settlement | None = None
+    refused: Exception | None = None
 
 
-def _reuse(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None:
-    asset = tasks.find_reusable(rt.conn(), task.fingerprint)
+def _claim_once(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claimed | None:
+    conn, cfg = rt.conn(), rt.settings
+    with conn.pipeline(), conn.transaction():   # BEGIN goes with the claim, COMMIT with the last statement
+        found = tasks.claim_with_reuse(conn, task_id, worker=rt.worker_id, lease_seconds=cfg.lease_seconds,
+                                       rq_job_id=job_id, attempt_seconds=cfg.attempt_ceiling_seconds,
+                                       receipt_store=rt.receipt_store)
+        if found is None:
+            return None
+        claimed = Claimed(*found, settlement=Settlement(found[0]))
+        if claimed.reusable is not None or claimed.task.kind == "bundle":
+            return claimed
+        # the input's holder may have stored its asset just before we took the input: look again, after the take
+        # (a statement of its own, so it sees what committed before the take), in the same round trip
+        claimed.holds_input, reusable = tasks.take_input_and_look(conn, claimed.task, cfg.lease_seconds)
+        if not claimed.holds_input:
+            return claimed
+        claimed.reusable = reusable
+        prepare = getattr(rt.executor, "prepare", None)
+        if claimed.reusable is None and prepare is not None:
+            try:
+                prepare(conn, claimed.task, claimed.settlement)
+            except (Busy, BudgetReached) as exc:   # nothing was taken; the claim stands and fails below
+                claimed.refused = exc
+        return claimed
+
+
+def _claim(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claimed | None:
+    return _written(rt, lambda conn: _claim_once(rt, task_id, job_id))
+
+
+def _reuse(rt: runtime.Runtime, task: Task, asset: Asset | None = None) -> tuple[str, list[int]] | None:
+    asset = asset or tasks.find_reusable(rt.conn(), task.fingerprint)
     if asset is None:
         return None
     provider = getattr(rt.executor, "provider_name", lambda kind: kind)(task.kind)
@@ -134,8 +192,6 @@ def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None
     None: this task holds the input and may call. Otherwise the task's status after reusing or parking.
     """
     for _ in range(3):  # the holder may finish between our steps; each loop sees a newer state
-        if tasks.take_input(rt.conn(), task, rt.settings.lease_seconds):
-            return _reuse(rt, task)   # the asset may have been stored just before we took the input
         parked = tasks.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
                                       now=datetime.now(timezone.utc))
         if parked is not None:
@@ -143,31 +199,36 @@ def _hold_input(rt: runtime.Runtime, task: Task) -> tuple[str, list[int]] | None
         reused = _reuse(rt, task)
         if reused:
             return reused
+        if tasks.take_input(rt.conn(), task, rt.settings.lease_seconds):
+            return _reuse(rt, task)   # the asset may have been stored just before we took the input
     raise Transient(f"task {task.id}: the hold on its input kept changing hands; trying again later")
 
 
-def _attempt(rt: runtime.Runtime, task: Task, attempt: AttemptContext) -> tuple[str, list[int]]:
-    reused = _reuse(rt, task)
-    if reused:
-        return reused
+def _attempt(rt: runtime.Runtime, claimed: Claimed, attempt: AttemptContext) -> tuple[str, list[int]]:
+    task, settlement = claimed.task, attempt.settlement
+    if claimed.reusable is not None:
+        return _reuse(rt, task, claimed.reusable)
     try:
-        settled = _hold_input(rt, task) if task.kind != "bundle" else None
+        if claimed.refused is not None:
+            raise claimed.refused
+        settled = _hold_input(rt, task) if task.kind != "bundle" and not claimed.holds_input else None
         if settled:
             return settled
         asset = rt.executor.execute(task, attempt)   # it checks the attempt right before any paid call
     except Cancelled:
-        tasks.cancel_running(rt.conn(), task, actor=rt.worker_id)
+        tasks.cancel_running(rt.conn(), task, actor=rt.worker_id, also=settlement)
         return "cancelled", []
     except LeaseLost:
         tasks.release_input(rt.conn(), task)     # raised before any call: nothing is in flight
         raise
     except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
         outcome = _written(rt, lambda conn: tasks.fail_attempt(conn, task, exc, rt.settings, actor=rt.worker_id,
-                                                                now=datetime.now(timezone.utc)))
+                                                                now=datetime.now(timezone.utc), also=settlement))
         log("attempt_failed", task_id=task.id, attempt=task.attempts, lease_token=task.lease_token,
             error=exc.__class__.__name__, status=outcome.to.value)
         return outcome.to.value, []
-    status, unblocked = _written(rt, lambda conn: tasks.succeed(conn, task, asset, actor=rt.worker_id))
+    status, unblocked = _written(rt, lambda conn: tasks.succeed(conn, task, asset, actor=rt.worker_id,
+                                                                 also=settlement))
     return status.value, unblocked
 
 
@@ -175,21 +236,24 @@ def run_task(task_id: int) -> str:
     rt = runtime.current()
     job = get_current_job()
     job_id = job.id if job else None
-    task = _claim(rt, task_id, job_id)
-    if task is None:
+    claimed = _claim(rt, task_id, job_id)
+    if claimed is None:
         failed = tasks.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id, by="worker",
                                           last_error=tasks.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
         return "failed" if failed else "skipped"
+    task = claimed.task
     fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,
               "attempt": task.attempts, "lease_token": task.lease_token, "rq_job_id": job_id}
     log("job_start", **fields)
     try:
-        with AttemptContext(rt, task) as attempt:
-            status, unblocked = _attempt(rt, task, attempt)
+        with AttemptContext(rt, task, claimed.settlement) as attempt:
+            status, unblocked = _attempt(rt, claimed, attempt)
     except LeaseLost as exc:
         log("lease_lost_nothing_written", **fields, error=str(exc))
         return "lease_lost"
+    finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
+        claimed.settlement.settle_alone(rt.conn)
     dispatch.send_now(rt.conn(), rt.redis, unblocked, claim_seconds=rt.settings.dispatch_claim_seconds)
     log("job_end", **fields, status=status)
     return status

@@ -19,6 +19,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -50,12 +51,27 @@ def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds:
     The attempt ends at the latest `attempt_seconds` after the claim, or at the task's deadline.
     `receipt_store` names the store the worker writes this attempt's receipts to (None: not known).
     """
-    _may((S.READY, S.RETRY), S.RUNNING, "worker")
     with conn.transaction():
-        row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
-                                           "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
-                                           "attempt_seconds": attempt_seconds, "receipt_store": receipt_store})
-    return Task.from_row(row) if row else None
+        claimed = claim_with_reuse(conn, task_id, worker=worker, lease_seconds=lease_seconds, rq_job_id=rq_job_id,
+                                   attempt_seconds=attempt_seconds, receipt_store=receipt_store)
+    return claimed[0] if claimed else None
+
+
+def claim_with_reuse(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
+                     rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
+                     receipt_store: str | None = None) -> tuple[Task, Asset | None] | None:
+    """`claim` in the caller's transaction, with the stored asset the task's input already has (None when
+    it has none, or for a bundle): the reuse check costs no round trip of its own."""
+    _may((S.READY, S.RETRY), S.RUNNING, "worker")
+    row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
+                                       "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
+                                       "attempt_seconds": attempt_seconds, "receipt_store": receipt_store})
+    if row is None:
+        return None
+    reusable = None if row["reuse_sha256"] is None else Asset(
+        row["reuse_sha256"], row["reuse_media_type"], row["reuse_size"], row["reuse_width"], row["reuse_height"],
+        row["reuse_duration_ms"])
+    return Task.from_row(row), reusable
 
 
 def fail_past_deadline(conn: psycopg.Connection, task_ids: list[int], *, actor: str, by: str,
@@ -120,6 +136,14 @@ def resolve_failed(conn: psycopg.Connection, task_id: int, last_error: str) -> d
 class Beat:
     alive: bool                 # False: the lease is gone (superseded, expired and taken, cancelled)
     cancel_requested: bool
+    seconds_left: float | None = None   # the lease's time left, when only looked at (`look`)
+
+
+def look(conn: psycopg.Connection, task: Task) -> Beat:
+    """The lease as it stands, read only: whether it is held, its time left, and whether a cancel was requested."""
+    row = db.one(conn, "tasks_lease_look", {"task_id": task.id, "lease_token": task.lease_token})
+    return Beat(alive=row is not None, cancel_requested=bool(row and row["cancel_requested"]),
+                seconds_left=row["seconds_left"] if row else None)
 
 
 def heartbeat(conn: psycopg.Connection, task: Task, lease_seconds: float) -> Beat:
@@ -140,6 +164,17 @@ def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> boo
         row = db.one(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
                                                 "lease_token": task.lease_token, "hold_seconds": hold_seconds})
     return row is not None and row["task_id"] == task.id
+
+
+def take_input_and_look(conn: psycopg.Connection, task: Task, hold_seconds: float) -> tuple[bool, Asset | None]:
+    """`take_input` in the caller's transaction (the claim's, in pipeline mode), then the stored asset of the
+    input as it stands after the take (its holder may have stored it just before letting go)."""
+    with conn.pipeline():
+        took = db.execute(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
+                                                     "lease_token": task.lease_token, "hold_seconds": hold_seconds})
+        found = db.execute(conn, "asset_inputs_find", {"fingerprint": task.fingerprint})
+        row, asset = took.fetchone(), found.fetchone()
+    return row is not None and row["task_id"] == task.id, None if asset is None else Asset.from_row(asset)
 
 
 def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor: str,
@@ -164,9 +199,13 @@ def release_input(conn: psycopg.Connection, task: Task) -> None:
     if task.kind == "bundle":
         return
     with conn.transaction():
-        if db.one(conn, "input_calls_release", {"fingerprint": task.fingerprint,
-                                                "lease_token": task.lease_token}) is not None:
-            db.execute(conn, "tasks_wake_input_waiters", {"fingerprint": task.fingerprint})
+        _release_input_in(conn, task)
+
+
+def _release_input_in(conn: psycopg.Connection, task: Task) -> None:
+    """`release_input` in the caller's transaction (a savepoint would cost a transaction id of its own)."""
+    if task.kind != "bundle":
+        db.execute(conn, "input_calls_release", {"fingerprint": task.fingerprint, "lease_token": task.lease_token})
 
 
 @dataclass(frozen=True)
@@ -215,14 +254,16 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     commit), so newer work reuses the asset. If the lease was lost to a cancel, the task is cancelled.
     """
     check_transition(seen.status, outcome.to, seen.by)
-    if outcome.to is TaskStatus.SUCCEEDED:   # dependents are released exactly once (docs/decisions.md)
-        db.all(conn, "tasks_lock_dependents", {"task_id": seen.task_id})
-    if outcome.asset is not None:            # a paid result is kept whatever happens to the move
-        db.execute(conn, "assets_upsert", outcome.asset.__dict__)
-        db.execute(conn, "asset_inputs_upsert", {"fingerprint": seen.fingerprint, "sha256": outcome.asset.sha256})
-    if seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN:
-        release_input(conn, seen.task)       # the call is over; an unknown one keeps its input held
-    row = _move(conn, seen, outcome, actor)
+    with conn.pipeline():   # up to the move, one round trip: nothing before it needs an answer
+        if outcome.to is TaskStatus.SUCCEEDED:   # dependents are released exactly once (docs/decisions.md)
+            db.execute(conn, "tasks_lock_dependents", {"task_id": seen.task_id})
+        if outcome.asset is not None:            # a paid result is kept whatever happens to the move
+            db.execute(conn, "assets_upsert", outcome.asset.__dict__)
+            db.execute(conn, "asset_inputs_upsert", {"fingerprint": seen.fingerprint,
+                                                     "sha256": outcome.asset.sha256})
+        if seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN:
+            _release_input_in(conn, seen.task)   # the call is over; an unknown one keeps its input held
+        row = _move(conn, seen, outcome, actor)
     if row is None:
         return _not_moved(conn, seen, outcome, actor)
     unblocked = ()
@@ -265,44 +306,72 @@ def _not_moved(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: st
     return Applied(None, lost=lost)
 
 
+class AlsoWrite(Protocol):
+    """Writes of an attempt that commit with its outcome, or not at all (`executor.Settlement`)."""
+
+    def write(self, conn: psycopg.Connection) -> None:
+        ...
+
+    def committed(self) -> None:
+        ...
+
+
+def _with(conn: psycopg.Connection, also: AlsoWrite | None) -> None:
+    if also is not None:
+        also.write(conn)
+
+
+def _done(also: AlsoWrite | None) -> None:
+    if also is not None:
+        also.committed()
+
+
 def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
-            details: dict | None = None, reused_from: str | None = None) -> tuple[TaskStatus, list[int]]:
+            details: dict | None = None, reused_from: str | None = None,
+            also: AlsoWrite | None = None) -> tuple[TaskStatus, list[int]]:
     """Record the asset and complete the task; returns its status and the outbox rows it unblocked.
 
     The asset is indexed and the input released even when the lease was lost meanwhile (a
     superseded task whose call was in flight): it was paid for, so newer work reuses it.
     `reused_from`: the provider whose earlier call made the asset; the `reused` event and ledger
-    row are written in the same transaction as the completion.
+    row are written in the same transaction as the completion. `also`: the attempt's own writes
+    (its call's ledger row, its provider slot's release), in the same transaction.
     """
     code = decide.Reason.REUSED if reused_from is not None else decide.Reason.SUCCEEDED
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():
         applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
                         actor=actor)
         if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
             record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
                          details={"sha256": asset.sha256})
             ledger.record_reuse(conn, task, reused_from)
+        _with(conn, also)
+    _done(also)
     if applied.lost is not None:
         raise applied.lost
     return applied.status, list(applied.unblocked)
 
 
 def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
-                 now: datetime, rng: random.Random | None = None) -> Outcome:
+                 now: datetime, rng: random.Random | None = None, also: AlsoWrite | None = None) -> Outcome:
     """Apply the retry policy to an attempt that raised `error`; what was decided (a cancel, if the
     version was cancelled meanwhile). LeaseLost, having written nothing, when the lease was lost."""
     outcome = policy.after_failure(error, attempts=task.attempts, max_attempts=task.max_attempts, now=now,
                                    deadline=task.deadline_at, base=cfg.backoff_base_seconds,
                                    cap=cfg.backoff_cap_seconds, rng=rng or random.Random())
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():
         applied = apply(conn, Seen.held(task), outcome, actor=actor)
+        _with(conn, also)
+    _done(also)
     return outcome if applied.status is outcome.to else decide.cancelled()
 
 
-def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str) -> None:
+def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str, also: AlsoWrite | None = None) -> None:
     """The worker stops: its version was cancelled. LeaseLost, having written nothing, when the lease was lost."""
-    with conn.transaction():
+    with conn.pipeline(), conn.transaction():
         apply(conn, Seen.held(task), decide.cancelled(), actor=actor)
+        _with(conn, also)
+    _done(also)
 
 
 def find_reusable(conn: psycopg.Connection, fingerprint: str) -> Asset | None:

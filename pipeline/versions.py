@@ -2,6 +2,9 @@
 the runnable ones and supersedes older versions' unfinished work. Also cancel.
 
 Nothing is written when a save is refused (stale base, capacity, a key's own limits, bad input).
+Admission is exact and saves do not queue behind each other's WAL flush: the admission lock is
+taken last and covers the count and an asynchronous commit only; the save is then made durable
+(`admission_flush`) outside the lock, before anyone is told it was accepted (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -79,18 +82,18 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
                            f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
     try:
         with conn.transaction():
-            earlier = _earlier_save(conn, save_key, request_digest)
-            if earlier:
-                return earlier
-            return _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-                             key_id, lane)
+            saved = _earlier_save(conn, save_key, request_digest) or _save_new(
+                conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest, key_id, lane)
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
-            earlier = _earlier_save(conn, save_key, request_digest)
-        if earlier is None:
+            saved = _earlier_save(conn, save_key, request_digest)
+        if saved is None:
             raise
-        return earlier
+    # Saves commit without waiting for their WAL flush (admit): make this one, or the earlier one we
+    # answer with, durable before the caller may answer 202.
+    db.execute(conn, "admission_flush")
+    return saved
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
@@ -116,39 +119,58 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "lane": lane})
     superseded = tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
                                        reason=f"superseded by version {number}")
-    outbox = _insert_tasks(conn, plan, content_id, number, version, cfg)
-    if key_id is not None:
-        _admit_key(conn, cfg, key_id)
-    admit(conn, cfg, len(plan), lane)
+    ids, stamped_plan = _insert_tasks(conn, plan, content_id, number, version, cfg)
+    with conn.pipeline():   # the rest in one round trip: dependencies, messages, the key's and the shared admission
+        deps = [(ids[task.ref], ids[dep]) for task in stamped_plan for dep in task.depends_on]
+        if deps:
+            db.execute(conn, "task_deps_insert_many", {"task_ids": [d[0] for d in deps],
+                                                       "depends_on": [d[1] for d in deps]})
+        queued = db.execute(conn, "outbox_add_many", {
+            "task_ids": [ids[task.ref] for task in stamped_plan if not task.depends_on], "lane": version["lane"],
+            "available_at": version["saved_at"]})
+        usage = None if key_id is None else _ask_key(conn, key_id)
+        pending = _ask_admission(conn, flush_later=True)
+        outbox = [row["id"] for row in queued.fetchall()]
+        if usage is not None:
+            _check_key(conn, cfg, usage.fetchone())
+        _check_admission(conn, cfg, pending.fetchone()["pending"], len(plan), lane)
     fast = tuple(outbox) if lane == lanes.INTERACTIVE else ()
     return Saved(content_id, number, created=True, outbox_ids=fast, superseded=len(superseded), lane=lane)
 
 
-def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: Settings) -> list[int]:
-    """The version's tasks, their dependencies and the outbox rows of the runnable ones, in three batches."""
+def _insert_tasks(conn, plan, content_id: int, number: int, version: dict,
+                  cfg: Settings) -> tuple[dict[str, int], list]:
+    """The version's tasks in one statement; their ids by reference, and the plan stamped with the version."""
     plan = [stamped(task, content_id, number) for task in plan]
-    rows = db.many(conn, "tasks_insert", [{
-        "content_id": content_id, "version": number, "kind": task.kind.value, "block_key": task.block_key,
-        "input": Jsonb(task.input), "fingerprint": task.fingerprint, "max_attempts": cfg.max_attempts,
-        "deadline_at": version["deadline_at"]} for task in plan])
-    ids = {task.ref: row["id"] for task, row in zip(plan, rows)}
-    db.many(conn, "task_deps_insert", [{"task_id": ids[task.ref], "depends_on": ids[dep]}
-                                       for task in plan for dep in task.depends_on])
-    queued = db.many(conn, "outbox_add", [{"task_id": ids[task.ref], "lane": version["lane"],
-                                           "available_at": version["saved_at"]}
-                                          for task in plan if not task.depends_on])
-    return [row["id"] for row in queued]
+    rows = db.all(conn, "tasks_insert_many", {
+        "content_id": content_id, "version": number, "max_attempts": cfg.max_attempts,
+        "deadline_at": version["deadline_at"], "kinds": [task.kind.value for task in plan],
+        "block_keys": [task.block_key for task in plan], "inputs": Jsonb([task.input for task in plan]),
+        "fingerprints": [task.fingerprint for task in plan]})
+    return {f"{row['kind']}:{row['block_key'] or ''}": row["id"] for row in rows}, plan
 
 
 def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
-    """Admission, last in the save: the lock is held only for the count and the commit.
+    """Admission, last in the transaction: the lock is held only for the count and the commit.
 
-    Saves serialise on the lock, and the count runs after it is granted, so it sees every
-    save committed before and this save's own tasks: the limit cannot be raced past.
+    Admissions serialise on the lock, and the count runs after it is granted, so it sees every
+    one committed before and this transaction's own tasks: the limit cannot be raced past.
     A bulk save stops short of the limit (lanes.admission_limit), keeping room for editors.
     """
+    _check_admission(conn, cfg, _ask_admission(conn).fetchone()["pending"], adding, lane)
+
+
+def _ask_admission(conn: psycopg.Connection, *, flush_later: bool = False) -> psycopg.Cursor:
+    """Take the admission lock and count (the count is a statement of its own, so it sees every admission
+    committed before the lock was granted). `flush_later`: the commit does not wait for its WAL flush, so
+    the lock goes at once; the caller runs `admission_flush` after the commit, before acknowledging."""
+    if flush_later:
+        db.execute(conn, "admission_commit_async")
     db.execute(conn, "admission_lock")
-    pending = db.scalar(conn, "admission_pending")
+    return db.execute(conn, "admission_pending")
+
+
+def _check_admission(conn: psycopg.Connection, cfg: Settings, pending: int, adding: int, lane: str) -> None:
     limit = lanes.admission_limit(cfg, lane)
     if pending > limit:
         excess = pending - limit
@@ -157,13 +179,16 @@ def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> No
                                retry_after=_retry_after(conn, excess))
 
 
-def _admit_key(conn: psycopg.Connection, cfg: Settings, key_id: int) -> None:
+def _ask_key(conn: psycopg.Connection, key_id: int) -> psycopg.Cursor:
     """One key's own limits, before the shared admission: its pending tasks and its saves per minute.
 
     A per-key lock serialises only this key's saves; its count sees this save's own rows.
     """
     db.execute(conn, "admission_key_lock", {"key_id": key_id})
-    usage = db.one(conn, "admission_key_usage", {"key_id": key_id})
+    return db.execute(conn, "admission_key_usage", {"key_id": key_id})
+
+
+def _check_key(conn: psycopg.Connection, cfg: Settings, usage: dict) -> None:
     if usage["saves"] > cfg.key_saves_per_minute:
         raise KeyLimitReached(f"this key made {cfg.key_saves_per_minute} saves in the last minute, its limit "
                               "(KEY_SAVES_PER_MINUTE)", retry_after=max(1, min(60, usage["window_left"] or 60)))

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -118,13 +119,45 @@ class System:
             finally:
                 blocker.execute("ROLLBACK")
 
-    def waiting_on_lock(self, timeout: float = 20) -> None:
-        """Until some other session waits on a lock (a worker we blocked on purpose)."""
-        def waiting():
-            with self.db() as conn:
-                return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                    "AND datname = current_database()").fetchone()["n"]
-        wait_until(waiting, timeout=timeout, message="a session waiting on a lock")
+    @contextmanager
+    def holding_after_the_claim(self, start, timeout: float = 20):
+        """Hold the one worker `start` sets going between its committed claim and its check before the call.
+
+        The claim's transaction also takes the provider slot, so it waits on a lock of the slot table; a
+        lock of the versions table, which that transaction has read, is queued behind it; once the slot
+        lock goes, the claim commits and the worker's lease check (which reads versions) waits instead.
+        Yields once the claim is committed and the worker waits; both locks go when the block ends.
+        """
+        granted, release = threading.Event(), threading.Event()
+
+        def queue_the_versions_lock() -> None:
+            with self.holding("LOCK TABLE versions IN ACCESS EXCLUSIVE MODE"):
+                granted.set()
+                release.wait(timeout * 3)
+        queued = threading.Thread(target=queue_the_versions_lock, daemon=True)
+        try:
+            with self.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):
+                start()
+                self.waiting_on_lock(timeout)
+                queued.start()
+                self.waiting_on_lock(timeout, sessions=2)
+            if not granted.wait(timeout):
+                raise AssertionError("the claim did not commit")
+            self.waiting_on_lock(timeout)
+            yield
+        finally:
+            release.set()
+            queued.join(timeout)
+
+    def sessions_waiting_on_locks(self) -> int:
+        with self.db() as conn:
+            return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                "AND datname = current_database()").fetchone()["n"]
+
+    def waiting_on_lock(self, timeout: float = 20, sessions: int = 1) -> None:
+        """Until `sessions` other sessions wait on a lock (a worker we blocked on purpose)."""
+        wait_until(lambda: self.sessions_waiting_on_locks() >= sessions, timeout=timeout,
+                   message=f"{sessions} session(s) waiting on a lock")
 
 
 def kill(proc: subprocess.Popen) -> None:

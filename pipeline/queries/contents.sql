@@ -53,6 +53,14 @@ RETURNING *;
 -- admission_lock: serialise saves so the pending count cannot be raced past the limit
 SELECT pg_advisory_xact_lock(7411002);
 
+-- admission_commit_async: this transaction's commit does not wait for its WAL flush, so the admission locks
+-- it holds are released as soon as it is visible; admission_flush makes it durable afterwards
+SET LOCAL synchronous_commit TO off;
+
+-- admission_flush: flush the WAL up to now, so an asynchronously committed save is durable before it is
+-- acknowledged (a non-transactional message with flush: no transaction id, no lock)
+SELECT pg_logical_emit_message(false, 'mediapipe', 'admitted', true) AS flushed_to;
+
 -- admission_pending: tasks that still need a worker (served by the partial index tasks_unfinished)
 SELECT count(*) AS pending FROM tasks WHERE status IN ('ready', 'running', 'retry');
 

@@ -8,6 +8,14 @@ WHERE t.id = %(task_id)s
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 
+-- outbox_add_many: messages for a new version's runnable tasks, in one statement, in the given lane
+INSERT INTO outbox (task_id, queue, lane, available_at)
+SELECT t.id, t.kind, %(lane)s::lane, %(available_at)s::timestamptz FROM tasks t
+WHERE t.id = ANY(%(task_ids)s::bigint[])
+ORDER BY t.id
+ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
+RETURNING id;
+
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded
 INSERT INTO outbox (task_id, queue, lane, available_at)
 SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
@@ -101,6 +109,10 @@ FROM (
 ) picked
 WHERE o.id = picked.id AND o.sent_at IS NULL AND (o.claim_until IS NULL OR o.claim_until < now())
 RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
+
+-- outbox_commit_async: a claim or a sent mark does not wait for its WAL flush; lost in a crash, it only makes
+-- the row be sent again, and a duplicate message claims nothing
+SET LOCAL synchronous_commit TO off;
 
 -- outbox_mark_sent: record the enqueue, only for rows this claim still holds
 -- (it must not touch the task row: a worker claiming that task right now skips locked rows)

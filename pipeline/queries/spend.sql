@@ -22,9 +22,17 @@ FOR SHARE OF i;
 UPDATE input_calls SET held_until = now() + make_interval(secs => %(hold_seconds)s)
 WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s;
 
--- input_calls_release: the holder is done with the input (its asset is stored, or nothing was paid)
-DELETE FROM input_calls WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s
-RETURNING fingerprint;
+-- input_calls_release: the holder is done with the input (its asset is stored, or nothing was paid); the tasks
+-- waiting for it may run now (they and their messages are due at once)
+WITH released AS (
+    DELETE FROM input_calls WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s
+    RETURNING fingerprint
+), woken AS (
+    UPDATE tasks t SET available_at = now() FROM released
+    WHERE t.fingerprint = released.fingerprint AND t.status = 'retry' AND t.waiting_for = 'input'
+    RETURNING t.id
+)
+UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
 
 -- spend_days_ensure: today's row for a provider exists (UTC days)
 INSERT INTO spend_days (provider, day) VALUES (%(provider)s, (now() AT TIME ZONE 'UTC')::date)

@@ -1,13 +1,18 @@
 -- Tasks, their dependencies and dead letters: every state change of a task is one query here.
 
--- tasks_insert: one task of a new version
+-- tasks_insert_many: a new version's tasks in one statement (parallel arrays); each id with its kind and block
 INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
-VALUES (%(content_id)s, %(version)s, %(kind)s, %(block_key)s, %(input)s, %(fingerprint)s, %(max_attempts)s,
-        %(deadline_at)s)
-RETURNING id;
+SELECT %(content_id)s, %(version)s, x.kind::task_kind, x.block_key, i.input, x.fingerprint, %(max_attempts)s,
+       %(deadline_at)s
+FROM unnest(%(kinds)s::text[], %(block_keys)s::text[], %(fingerprints)s::text[])
+     WITH ORDINALITY AS x(kind, block_key, fingerprint, n)
+JOIN jsonb_array_elements(%(inputs)s::jsonb) WITH ORDINALITY AS i(input, n) ON i.n = x.n
+ORDER BY x.n
+RETURNING id, kind::text AS kind, block_key;
 
--- task_deps_insert: task_id may run only after depends_on succeeded
-INSERT INTO task_deps (task_id, depends_on) VALUES (%(task_id)s, %(depends_on)s);
+-- task_deps_insert_many: task_ids[i] may run only after depends_on[i] succeeded, in one statement
+INSERT INTO task_deps (task_id, depends_on)
+SELECT * FROM unnest(%(task_ids)s::bigint[], %(depends_on)s::bigint[]);
 
 -- tasks_get: one task
 SELECT * FROM tasks WHERE id = %(task_id)s;
@@ -29,7 +34,8 @@ ORDER BY id;
 -- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
 SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
--- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
+-- tasks_claim: take a runnable task for one attempt, with the stored asset its input already has (reuse_*);
+-- a duplicate or early message matches nothing
 WITH candidate AS (
     SELECT t.id, t.status FROM tasks t
     JOIN contents c ON c.id = t.content_id
@@ -58,8 +64,11 @@ WITH candidate AS (
            'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
     FROM claimed
 )
-SELECT claimed.*, v.saved_at FROM claimed
-JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
+SELECT claimed.*, v.saved_at, a.sha256 AS reuse_sha256, a.media_type AS reuse_media_type, a.size AS reuse_size,
+       a.width AS reuse_width, a.height AS reuse_height, a.duration_ms AS reuse_duration_ms FROM claimed
+JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version
+LEFT JOIN asset_inputs i ON i.fingerprint = claimed.fingerprint AND claimed.kind <> 'bundle'
+LEFT JOIN assets a ON a.sha256 = i.sha256;
 
 -- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
 -- cancel was requested
@@ -69,6 +78,14 @@ WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'run
   AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at)   -- past its ceiling, an attempt is let go
   AND v.content_id = t.content_id AND v.version = t.version
 RETURNING t.lease_until, v.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- tasks_lease_look: whether the lease is still held and for how long, and whether a cancel was requested;
+-- a read, so the check right before a paid call writes nothing while the lease is fresh
+SELECT extract(epoch FROM t.lease_until - now())::float AS seconds_left,
+       v.cancel_requested_at IS NOT NULL AS cancel_requested
+FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
+  AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at);
 
 -- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
 SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
@@ -188,14 +205,6 @@ WITH moved AS (
         attempts = excluded.attempts, at = now()
 )
 SELECT * FROM moved;
-
--- tasks_wake_input_waiters: tasks waiting for this input may run now (their messages are due at once)
-WITH woken AS (
-    UPDATE tasks SET available_at = now()
-    WHERE fingerprint = %(fingerprint)s AND status = 'retry' AND waiting_for = 'input'
-    RETURNING id
-)
-UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
 
 -- tasks_paused_by_budget: tasks waiting for a budget, per kind (read through the unfinished-task index)
 SELECT kind::text AS kind, count(*) AS n FROM tasks WHERE status = 'retry' AND waiting_for = 'budget' GROUP BY 1;

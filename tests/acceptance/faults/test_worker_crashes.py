@@ -62,12 +62,10 @@ def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(sy
 
 def test_killed_after_its_claim_before_the_intent_the_task_is_retried_and_called_once(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
-    with system.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):   # holds the worker before the call
-        worker = system.start_worker("image")
-        system.dispatch()
+    workers = []
+    with system.holding_after_the_claim(lambda: (workers.append(system.start_worker("image")), system.dispatch())):
         system.wait_status(image["id"], "running")
-        system.waiting_on_lock()
-        kill(worker)
+        kill(workers[0])
     assert ReceiptBook(system.cfg.media_dir).intent(image["id"], 1) is None
     system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
     rows = drain(system, saved.content_id)
@@ -115,12 +113,14 @@ def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(syst
 
 def test_a_stalled_worker_that_resumes_after_a_takeover_writes_nothing(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
-    with system.holding("LOCK TABLE provider_slots IN EXCLUSIVE MODE"):
-        stale = system.start_worker("image")
-        system.dispatch()
+    workers = []
+    with system.holding_after_the_claim(lambda: (workers.append(system.start_worker("image")), system.dispatch())):
+        stale = workers[0]
         system.wait_status(image["id"], "running")
-        system.waiting_on_lock()
         stale.send_signal(signal.SIGSTOP)
+        # its check before the call gives up waiting (lock timeout) while it is stopped: resumed, it cannot
+        # confirm its lease and does not call
+        wait_until(lambda: system.sessions_waiting_on_locks() == 0, timeout=30, message="the check's lock timeout")
     # the lease expires, the reconciler retries the task and another worker completes it
     system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
     drain(system, saved.content_id)
