@@ -100,11 +100,17 @@ def worker_killed(b: Bench, fake) -> tuple[float, float, str]:
     return b.measure(task_id, fault, ("running",))
 
 
-def message_lost(b: Bench, fake) -> tuple[float, float, str]:
+def queued_without_a_worker(b: Bench) -> tuple[int, Queue]:
+    """A new lesson whose image message waits in Redis while no image worker runs."""
     b.stack.kill(b.pools["image"])
     task_id = b.save()
     queue = Queue("image", connection=b.stack.redis())
     b.wait("message sent", lambda: queue.count > 0)
+    return task_id, queue
+
+
+def message_lost(b: Bench, fake) -> tuple[float, float, str]:
+    task_id, queue = queued_without_a_worker(b)
     queue.empty()
     fault = time.monotonic()
     b.start_pool("image")
@@ -112,10 +118,7 @@ def message_lost(b: Bench, fake) -> tuple[float, float, str]:
 
 
 def redis_restarted(b: Bench, fake) -> tuple[float, float, str]:
-    b.stack.kill(b.pools["image"])
-    task_id = b.save()
-    queue = Queue("image", connection=b.stack.redis())
-    b.wait("message sent", lambda: queue.count > 0)
+    task_id, _ = queued_without_a_worker(b)
     b.stack.valkey.stop()
     b.stack.valkey.start()
     fault = time.monotonic()

@@ -21,6 +21,7 @@ from pipeline import db, lanes, tasks, versions
 from pipeline.core import replay as rules
 from pipeline.core.errors import Conflict, NotFound
 from pipeline.core.states import TaskStatus
+from pipeline.review import ensure_runnable_version
 from pipeline.settings import Settings
 
 ACTION = "dead_letter_replayed"   # the event's action (not "replayed": a provider answering a repeated key)
@@ -47,12 +48,7 @@ def _replayable(conn: psycopg.Connection, task_id: int) -> dict:
     if task["status"] != TaskStatus.FAILED.value:
         raise Conflict(f"task {task_id} is {task['status']}; only a failed task with a dead letter can be replayed",
                        code="invalid_transition", details={"status": task["status"]})
-    if task["version"] != task["current_version"]:
-        raise Conflict(f"task {task_id} belongs to version {task['version']}, but version "
-                       f"{task['current_version']} is current; replay its tasks there", code="not_current")
-    if task["cancel_requested_at"] is not None:
-        raise Conflict(f"version {task['version']} was cancelled; save a new version to run it again",
-                       code="version_cancelled")
+    ensure_runnable_version(task, "replay")
     letter = db.one(conn, "dead_letters_open_lock", {"task_id": task_id})
     if letter is None:
         raise Conflict(f"task {task_id} has no open dead letter to replay", code="no_dead_letter")

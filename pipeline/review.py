@@ -130,6 +130,17 @@ def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str,
     return {"content_id": content_id, "version": version, "withdrawn_by": actor, "note": note}
 
 
+def ensure_runnable_version(task: dict, verb: str) -> None:
+    """Conflict unless the task (a `tasks_get_with_version` row) belongs to its content's current,
+    uncancelled version: work is only added again where it can still be delivered."""
+    if task["version"] != task["current_version"]:
+        raise Conflict(f"task {task['id']} belongs to version {task['version']}, but version "
+                       f"{task['current_version']} is current; {verb} its tasks there", code="not_current")
+    if task["cancel_requested_at"] is not None:
+        raise Conflict(f"version {task['version']} was cancelled; save a new version to run it again",
+                       code="version_cancelled")
+
+
 def _task_for_action(conn: psycopg.Connection, task_id: int, target: TaskStatus) -> dict:
     task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
     if task is None:
@@ -156,12 +167,7 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
         unknown = task["status"] == TaskStatus.UNKNOWN.value
         if unknown and not accept_duplicate_risk:
             raise Conflict(f"task {task_id} has an unknown outcome. {DUPLICATE_RISK}", code="duplicate_risk")
-        if task["version"] != task["current_version"]:
-            raise Conflict(f"task {task_id} belongs to version {task['version']}, but version "
-                           f"{task['current_version']} is current; retry its tasks there", code="not_current")
-        if task["cancel_requested_at"] is not None:
-            raise Conflict(f"version {task['version']} was cancelled; save a new version to run it again",
-                           code="version_cancelled")
+        ensure_runnable_version(task, "retry")
         dead = db.one(conn, "dead_letters_take", {"task_id": task_id})
         row = tasks.reopen(conn, task_id, task["status"], budget=cfg.max_attempts,
                            deadline_seconds=cfg.deadline_seconds)
