@@ -29,9 +29,14 @@ def connect(url: str, *, autocommit: bool = False, options: str = "") -> psycopg
     `options` (settings.session_options) bounds its statements, lock waits and idle
     transactions: a wait that would otherwise be endless becomes an error.
     """
+    return psycopg.connect(url, **connect_args(autocommit=autocommit, options=options))
+
+
+def connect_args(*, autocommit: bool = False, options: str = "") -> dict[str, Any]:
+    """The keyword arguments of `connect`, for a pool that opens its connections itself (web/db.py)."""
     extra = {"options": options} if options else {}
-    return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=5,
-                           application_name="mediapipe", **extra)
+    return {"row_factory": dict_row, "autocommit": autocommit, "connect_timeout": 5,
+            "application_name": "mediapipe", **extra}
 
 
 def parse_queries(text: str, source: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from pipeline.lanes import ALL_QUEUES
 from receipts.media import MediaStore
 from testkit.helpers import ControlledExecutor, lesson, work_burst
 from web import create_app
+from web.db import close_pool
 
 TEST_SECRET = "test-only-secret-key-0123456789abcdefghij"
 TEST_ENV = {"SECRET_KEY": TEST_SECRET, "DEMO_MODE": "true", "LEASE_SECONDS": "5",
@@ -25,11 +26,22 @@ TEST_ENV = {"SECRET_KEY": TEST_SECRET, "DEMO_MODE": "true", "LEASE_SECONDS": "5"
             "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2"}
 
 
-def make_app(database_url: str, redis_url: str, media_dir: Path, **env: str):
-    app = create_app({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
-                      **TEST_ENV, **env})
+_APPS: list = []   # apps made by the running test, whose connection pools close when it ends
+
+
+def make_app(database_url: str, redis_url: str, media_dir: Path | None = None, **env: str):
+    media = {"MEDIA_DIR": str(media_dir)} if media_dir is not None else {}
+    app = create_app({"DATABASE_URL": database_url, "REDIS_URL": redis_url, **media, **TEST_ENV, **env})
     app.config["TESTING"] = True
+    _APPS.append(app)
     return app
+
+
+@pytest.fixture(autouse=True)
+def _close_app_pools():
+    yield
+    while _APPS:
+        close_pool(_APPS.pop())
 
 
 @pytest.fixture

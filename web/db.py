@@ -1,29 +1,74 @@
-"""Per-request resources: one PostgreSQL connection opened on first use and closed on teardown,
-the app's Redis client, and the settings. Views get them here and never open their own.
+"""Per-request resources: a PostgreSQL connection borrowed from this process's pool on first use and
+given back on teardown, the app's Redis client, and the settings. Views get them here and never open
+their own.
+
+The pool keeps connections open between requests: a new connection costs a server process and its
+caches, as much as a whole save (docs/performance.md). A connection is checked when it is lent, so
+one that a database restart broke is replaced instead of failing a request; a request that finds
+every connection busy for `POOL_WAIT_SECONDS` gets 503 `database_unavailable` (web/errors.py).
 """
 
 from __future__ import annotations
 
+import os
+import threading
+
 import psycopg
 import redis
 from flask import Flask, current_app, g
+from psycopg_pool import ConnectionPool
 
-from pipeline.db import connect
+from pipeline.db import connect_args
 from pipeline.settings import Settings, session_options
+
+POOL_SIZE = 4            # connections one web process keeps at most (a gunicorn sync worker needs one)
+POOL_WAIT_SECONDS = 5.0  # how long a request waits for a free or a new connection
+_POOL_LOCK = threading.Lock()
 
 
 def settings() -> Settings:
     return current_app.config["SETTINGS"]
 
 
-def get_conn() -> psycopg.Connection:
-    """This request's connection. Autocommit: every pipeline call opens its own short transaction."""
+def get_conn(wait: float = POOL_WAIT_SECONDS) -> psycopg.Connection:
+    """This request's connection. Autocommit: every pipeline call opens its own short transaction.
+
+    `wait`: how long to wait for a connection before giving up (psycopg_pool.PoolTimeout, an
+    OperationalError)."""
     if "conn" not in g:
-        url = settings().database_url
-        if not url:
-            raise psycopg.OperationalError("DATABASE_URL is not set")
-        g.conn = connect(url, autocommit=True, options=session_options(settings()))
+        g.conn = _pool().getconn(timeout=wait)
     return g.conn
+
+
+def _pool() -> ConnectionPool:
+    """This process's pool, made on first use: after gunicorn forks its workers, so none shares one."""
+    pool = current_app.extensions.get("pg_pool")
+    if pool is not None and pool.pid == os.getpid():
+        return pool.pool
+    with _POOL_LOCK:
+        pool = current_app.extensions.get("pg_pool")
+        if pool is None or pool.pid != os.getpid():
+            url = settings().database_url
+            if not url:
+                raise psycopg.OperationalError("DATABASE_URL is not set")
+            pool = current_app.extensions["pg_pool"] = _ProcessPool(os.getpid(), ConnectionPool(
+                url, kwargs=connect_args(autocommit=True, options=session_options(settings())), min_size=1,
+                max_size=POOL_SIZE, timeout=POOL_WAIT_SECONDS, check=ConnectionPool.check_connection,
+                name="web", open=True))
+    return pool.pool
+
+
+class _ProcessPool:
+    def __init__(self, pid: int, pool: ConnectionPool) -> None:
+        self.pid = pid
+        self.pool = pool
+
+
+def close_pool(app: Flask) -> None:
+    """Close the app's connections (tests that drop their database; a process that stops)."""
+    pool = app.extensions.pop("pg_pool", None)
+    if pool is not None and pool.pid == os.getpid():
+        pool.pool.close()
 
 
 def get_redis() -> redis.Redis | None:
@@ -35,11 +80,15 @@ def get_redis() -> redis.Redis | None:
     return client
 
 
-def close_conn(exc: BaseException | None = None) -> None:
+def give_back_conn(exc: BaseException | None = None) -> None:
     conn = g.pop("conn", None)
     if conn is not None:
-        conn.close()
+        pool = current_app.extensions.get("pg_pool")
+        if pool is not None and pool.pid == os.getpid():
+            pool.pool.putconn(conn)
+        else:
+            conn.close()
 
 
 def init_app(app: Flask) -> None:
-    app.teardown_appcontext(close_conn)
+    app.teardown_appcontext(give_back_conn)

@@ -14,6 +14,7 @@ from pipeline import migrations
 from web.db import get_conn, get_redis
 
 bp = Blueprint("health", __name__)
+READY_WAIT_SECONDS = 2.0   # a readiness probe answers within its own timeout, like the Redis check's
 
 
 def init_app(app: Flask) -> None:
@@ -36,7 +37,7 @@ def _check_postgres(url: str | None) -> str | None:
     if not url:
         return "DATABASE_URL is not set"
     try:
-        todo = migrations.pending(get_conn(), _migration_files())
+        todo = migrations.pending(get_conn(wait=READY_WAIT_SECONDS), _migration_files())
     except psycopg.Error as exc:
         return f"PostgreSQL unreachable: {exc.__class__.__name__}"
     except migrations.MigrationError as exc:

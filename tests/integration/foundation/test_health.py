@@ -1,12 +1,11 @@
 from pathlib import Path
 
 from bin.embedded import Valkey, free_port
-from web import create_app
+from testkit.webapp import make_app
 
 
 def _client(database_url: str, redis_url: str):
-    return create_app({"DATABASE_URL": database_url, "REDIS_URL": redis_url,
-                       "SECRET_KEY": "test-only-secret-key-0123456789abcdefghij"}).test_client()
+    return make_app(database_url, redis_url).test_client()
 
 
 def test_healthz_answers_while_the_process_lives(database_url, redis_url):
