@@ -11,7 +11,7 @@ alike:
 
 * claim + complete: `tasks.claim` then `tasks.succeed` of each media task of a freshly saved
   20-block lesson (two transactions, as a worker does them, without the provider in between);
-* admission: the `admission_pending` count a save runs under its advisory lock;
+* admission: the `pending_tasks()` count a save runs under its advisory lock (admit_save);
 * save: `versions.save` of that 20-block lesson (admission included), and dispatch: `send_due` of
   its 40 outbox rows (fewer samples: one of each per round);
 * reconcile: one `Reconciler.run()`, as `bin/reconcile` runs it every minute; pg_stat_statements
@@ -136,11 +136,10 @@ def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
 
 
 def admission(conn, samples: int) -> list[float]:
-    from pipeline import db
     out = []
     for _ in range(samples):
         started = time.perf_counter()
-        db.scalar(conn, "admission_pending")
+        conn.execute("SELECT pending_tasks()").fetchone()
         out.append(time.perf_counter() - started)
     return out
 

@@ -2,15 +2,17 @@
 the runnable ones and supersedes older versions' unfinished work. Also cancel.
 
 Nothing is written when a save is refused (stale base, capacity, a key's own limits, bad input).
-Admission is exact and saves do not queue behind each other's WAL flush: the admission lock is
-taken last and covers the count and an asynchronous commit only; the save is then made durable
-(`admission_flush`) outside the lock, before anyone is told it was accepted (docs/decisions.md).
+Admission is exact and saves do not queue behind each other: the server takes the admission locks,
+counts and refuses in one call sent with the COMMIT (an asynchronous one), so the locks are never held
+while a client is waited for; the save is then made durable (`admission_flush`, in the same round
+trip) before anyone is told it was accepted (docs/decisions.md).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -81,23 +83,37 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
         raise InvalidInput(f"this content needs {len(plan)} tasks but one key may hold at most "
                            f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
     try:
-        with conn.transaction():
-            saved = _earlier_save(conn, save_key, request_digest) or _save_new(
-                conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest, key_id, lane)
+        # One pipeline: the end of the save, the admission call, the COMMIT and the flush after it travel in one
+        # round trip, so the admission locks are held only while the server runs them (admit).
+        with conn.pipeline():
+            with conn.transaction():
+                saved = _earlier_save(conn, save_key, request_digest)
+                queued = None
+                if saved is None:
+                    saved, queued = _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
+                                              request_digest, key_id, lane)
+            # Saves commit without waiting for their WAL flush (admit): make this one, or the earlier one we
+            # answer with, durable before the caller may answer 202.
+            db.execute(conn, "admission_flush")
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
             saved = _earlier_save(conn, save_key, request_digest)
         if saved is None:
             raise
-    # Saves commit without waiting for their WAL flush (admit): make this one, or the earlier one we
-    # answer with, durable before the caller may answer 202.
-    db.execute(conn, "admission_flush")
+        db.execute(conn, "admission_flush")
+        return saved
+    except psycopg.Error as exc:
+        raise _refusal(conn, exc, cfg, len(plan), lane) from None
+    if queued is not None and lane == lanes.INTERACTIVE:
+        saved = replace(saved, outbox_ids=tuple(row["id"] for row in queued.fetchall()))
     return saved
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-              key_id=None, lane=lanes.INTERACTIVE) -> Saved:
+              key_id=None, lane=lanes.INTERACTIVE) -> tuple[Saved, psycopg.Cursor]:
+    """Write the version; its last statements and the admission are only queued (the caller's pipeline sends
+    them with the COMMIT). Returns the version and the cursor of its outbox rows, to read after the COMMIT."""
     fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
     if content_id is None:
         row = db.one(conn, "contents_insert", fields)
@@ -120,22 +136,15 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     superseded = tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
                                        reason=f"superseded by version {number}")
     ids, stamped_plan = _insert_tasks(conn, plan, content_id, number, version, cfg)
-    with conn.pipeline():   # the rest in one round trip: dependencies, messages, the key's and the shared admission
-        deps = [(ids[task.ref], ids[dep]) for task in stamped_plan for dep in task.depends_on]
-        if deps:
-            db.execute(conn, "task_deps_insert_many", {"task_ids": [d[0] for d in deps],
-                                                       "depends_on": [d[1] for d in deps]})
-        queued = db.execute(conn, "outbox_add_many", {
-            "task_ids": [ids[task.ref] for task in stamped_plan if not task.depends_on], "lane": version["lane"],
-            "available_at": version["saved_at"]})
-        usage = None if key_id is None else _ask_key(conn, key_id)
-        pending = _ask_admission(conn, flush_later=True)
-        outbox = [row["id"] for row in queued.fetchall()]
-        if usage is not None:
-            _check_key(conn, cfg, usage.fetchone())
-        _check_admission(conn, cfg, pending.fetchone()["pending"], len(plan), lane)
-    fast = tuple(outbox) if lane == lanes.INTERACTIVE else ()
-    return Saved(content_id, number, created=True, outbox_ids=fast, superseded=len(superseded), lane=lane)
+    deps = [(ids[task.ref], ids[dep]) for task in stamped_plan for dep in task.depends_on]
+    if deps:
+        db.execute(conn, "task_deps_insert_many", {"task_ids": [d[0] for d in deps],
+                                                   "depends_on": [d[1] for d in deps]})
+    queued = db.execute(conn, "outbox_add_many", {
+        "task_ids": [ids[task.ref] for task in stamped_plan if not task.depends_on], "lane": version["lane"],
+        "available_at": version["saved_at"]})
+    _admit(conn, cfg, len(plan), lane, key_id, flush_later=True)
+    return Saved(content_id, number, created=True, superseded=len(superseded), lane=lane), queued
 
 
 def _insert_tasks(conn, plan, content_id: int, number: int, version: dict,
@@ -151,52 +160,53 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict,
 
 
 def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
-    """Admission, last in the transaction: the lock is held only for the count and the commit.
+    """Admission of `adding` tasks the calling transaction has added (a retry, a replay): CapacityExceeded
+    when the shared limit would be passed, and the transaction must then roll back."""
+    try:
+        with conn.transaction():   # a savepoint, so that the refusal's Retry-After can still be read
+            _admit(conn, cfg, adding, lane, None)
+    except psycopg.Error as exc:
+        raise _refusal(conn, exc, cfg, adding, lane) from None
 
-    Admissions serialise on the lock, and the count runs after it is granted, so it sees every
-    one committed before and this transaction's own tasks: the limit cannot be raced past.
-    A bulk save stops short of the limit (lanes.admission_limit), keeping room for editors.
+
+def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, key_id: int | None, *,
+           flush_later: bool = False) -> None:
+    """Last in the transaction: the server takes the key's lock and the shared admission lock, counts and
+    refuses (admit_save, schema/0010_admission.sql); the locks go with the COMMIT that follows.
+
+    Admissions serialise on the lock, and each count runs after its lock is granted, so it sees every
+    one committed before and this transaction's own tasks: the limit cannot be raced past. A bulk save
+    stops short of the limit (lanes.admission_limit), keeping room for editors. `flush_later`: the commit
+    does not wait for its WAL flush, so the locks go at once; the caller runs `admission_flush` after the
+    commit, before acknowledging.
     """
-    _check_admission(conn, cfg, _ask_admission(conn).fetchone()["pending"], adding, lane)
-
-
-def _ask_admission(conn: psycopg.Connection, *, flush_later: bool = False) -> psycopg.Cursor:
-    """Take the admission lock and count (the count is a statement of its own, so it sees every admission
-    committed before the lock was granted). `flush_later`: the commit does not wait for its WAL flush, so
-    the lock goes at once; the caller runs `admission_flush` after the commit, before acknowledging."""
     if flush_later:
         db.execute(conn, "admission_commit_async")
-    db.execute(conn, "admission_lock")
-    return db.execute(conn, "admission_pending")
+    db.execute(conn, "admission_admit", {
+        "adding": adding, "pending_limit": lanes.admission_limit(cfg, lane), "key_id": key_id,
+        "key_pending_limit": cfg.key_max_pending_tasks, "key_saves_limit": cfg.key_saves_per_minute})
 
 
-def _check_admission(conn: psycopg.Connection, cfg: Settings, pending: int, adding: int, lane: str) -> None:
+REFUSALS = {"MPA01", "MPK01", "MPK02"}   # the SQLSTATEs admit_save refuses with
+
+
+def _refusal(conn: psycopg.Connection, exc: psycopg.Error, cfg: Settings, adding: int, lane: str) -> Exception:
+    """The refusal an admit_save error stands for, with its Retry-After; any other error as it was.
+    Called once the statements that failed were rolled back."""
+    if exc.sqlstate not in REFUSALS:
+        return exc
+    found = json.loads(exc.diag.message_detail or "{}")
+    if exc.sqlstate == "MPK01":
+        return KeyLimitReached(f"this key made {cfg.key_saves_per_minute} saves in the last minute, its limit "
+                               "(KEY_SAVES_PER_MINUTE)", retry_after=max(1, min(60, found.get("window_left") or 60)))
+    if exc.sqlstate == "MPK02":
+        return KeyLimitReached(f"this key's saves hold {found['pending']} pending tasks with this one; its limit is "
+                               f"{cfg.key_max_pending_tasks} (KEY_MAX_PENDING_TASKS)",
+                               retry_after=_retry_after(conn, found["pending"] - cfg.key_max_pending_tasks))
     limit = lanes.admission_limit(cfg, lane)
-    if pending > limit:
-        excess = pending - limit
-        raise CapacityExceeded(f"{pending - adding} tasks are pending and this adds {adding}; the limit is "
-                               f"{limit}{' for bulk saves' if lane == lanes.BULK else ''}",
-                               retry_after=_retry_after(conn, excess))
-
-
-def _ask_key(conn: psycopg.Connection, key_id: int) -> psycopg.Cursor:
-    """One key's own limits, before the shared admission: its pending tasks and its saves per minute.
-
-    A per-key lock serialises only this key's saves; its count sees this save's own rows.
-    """
-    db.execute(conn, "admission_key_lock", {"key_id": key_id})
-    return db.execute(conn, "admission_key_usage", {"key_id": key_id})
-
-
-def _check_key(conn: psycopg.Connection, cfg: Settings, usage: dict) -> None:
-    if usage["saves"] > cfg.key_saves_per_minute:
-        raise KeyLimitReached(f"this key made {cfg.key_saves_per_minute} saves in the last minute, its limit "
-                              "(KEY_SAVES_PER_MINUTE)", retry_after=max(1, min(60, usage["window_left"] or 60)))
-    if usage["pending"] > cfg.key_max_pending_tasks:
-        excess = usage["pending"] - cfg.key_max_pending_tasks
-        raise KeyLimitReached(f"this key's saves hold {usage['pending']} pending tasks with this one; its limit is "
-                              f"{cfg.key_max_pending_tasks} (KEY_MAX_PENDING_TASKS)",
-                              retry_after=_retry_after(conn, excess))
+    return CapacityExceeded(f"{found['pending'] - adding} tasks are pending and this adds {adding}; the limit is "
+                            f"{limit}{' for bulk saves' if lane == lanes.BULK else ''}",
+                            retry_after=_retry_after(conn, found["pending"] - limit))
 
 
 def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> int:

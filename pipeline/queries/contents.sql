@@ -50,9 +50,6 @@ UPDATE versions SET cancel_requested_at = now(), cancel_requested_by = %(actor)s
 WHERE content_id = %(content_id)s AND version = %(version)s AND cancel_requested_at IS NULL
 RETURNING *;
 
--- admission_lock: serialise saves so the pending count cannot be raced past the limit
-SELECT pg_advisory_xact_lock(7411002);
-
 -- admission_commit_async: this transaction's commit does not wait for its WAL flush, so the admission locks
 -- it holds are released as soon as it is visible; admission_flush makes it durable afterwards
 SET LOCAL synchronous_commit TO off;
@@ -61,20 +58,9 @@ SET LOCAL synchronous_commit TO off;
 -- acknowledged (a non-transactional message with flush: no transaction id, no lock)
 SELECT pg_logical_emit_message(false, 'mediapipe', 'admitted', true) AS flushed_to;
 
--- admission_pending: tasks that still need a worker (served by the partial index tasks_unfinished)
-SELECT count(*) AS pending FROM tasks WHERE status IN ('ready', 'running', 'retry');
-
--- admission_key_lock: serialise one key's saves so its own limits cannot be raced past (other keys never wait)
-SELECT pg_advisory_xact_lock(7411005, (%(key_id)s::bigint %% 2147483647)::integer);
-
--- admission_key_usage: a key's pending tasks, and its saves of the last minute (both served by partial indexes)
-SELECT
-    (SELECT count(*) FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
-     WHERE t.status IN ('ready', 'running', 'retry') AND v.saved_by_key = %(key_id)s) AS pending,
-    (SELECT count(*) FROM versions WHERE saved_by_key = %(key_id)s AND saved_at > now() - interval '1 minute')
-        AS saves,
-    (SELECT ceil(60 - extract(epoch FROM now() - min(saved_at))) FROM versions
-     WHERE saved_by_key = %(key_id)s AND saved_at > now() - interval '1 minute')::integer AS window_left;
+-- admission_admit: admit this transaction's new tasks or refuse (admit_save, schema/0010_admission.sql)
+SELECT admit_save(%(adding)s::integer, %(pending_limit)s::integer, %(key_id)s::bigint, %(key_pending_limit)s::integer,
+                  %(key_saves_limit)s::integer) AS pending;
 
 -- admission_recent_rate: tasks finished in the last minute, to estimate when capacity frees up
 SELECT count(*) AS done FROM events

@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from pipeline import db, versions
+from pipeline import versions
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
 from pipeline.db import connect
 from testkit.helpers import draft, make_settings
@@ -119,5 +119,5 @@ def test_concurrent_saves_never_exceed_capacity(database_url, redis_url, tmp_pat
     with ThreadPoolExecutor(10) as pool:
         accepted = sum(pool.map(save, range(10)))
     with connect(database_url) as c:
-        pending = db.scalar(c, "admission_pending")
+        pending = c.execute("SELECT pending_tasks() AS n").fetchone()["n"]
     assert accepted == 7 and pending == 21
