@@ -33,12 +33,15 @@ JOB_FUNC = "pipeline.jobs.run_task"
 STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
 QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
 DEFAULT_BULK_DEPTH = bulk_depths(Settings())
+RESULT_TTL = 60   # seconds a finished RQ job's record is kept (PostgreSQL holds the outcome)
 
 
 def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
     """One RQ job per outbox row, in one Redis round trip, to its kind's queue in its lane.
 
-    RQ's own retry stays off. A row without a lane is interactive.
+    RQ's own retry stays off. A row without a lane is interactive. A finished job's record stays in
+    Redis for RESULT_TTL seconds: with 0, RQ deletes it at once, which costs the worker several extra
+    round trips and a scan of the job's whole queue per job (docs/performance.md).
     """
     rows = list(rows)
     if not rows:
@@ -50,7 +53,7 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
         for name, group in by_queue.items():
             Queue(name, connection=conn_redis).enqueue_many([
                 Queue.prepare_data(JOB_FUNC, args=(row["task_id"],), job_id=f"task-{row['task_id']}-{row['id']}",
-                                   timeout=-1, result_ttl=0, failure_ttl=86_400,
+                                   timeout=-1, result_ttl=RESULT_TTL, failure_ttl=86_400,
                                    description=f"task {row['task_id']}")
                 for row in group], pipeline=pipe)
         pipe.execute()
