@@ -193,7 +193,9 @@ class Reconciler:
                                                         "errors": 0})
 
     def _retain(self, report: Report) -> None:
-        """Delete assets nothing current uses and compact old receipts, past MEDIA_RETENTION_DAYS."""
+        """Delete assets nothing current uses and compact old receipts, past MEDIA_RETENTION_DAYS; fold the
+        admission counters of database connections that have ended."""
+        report.add("pending_counts_folded", len(db.all(self.conn, "admission_fold_counts")))
         days = self.cfg.media_retention_days
         for row in db.all(self.conn, "assets_stale", {"days": days, "limit": self.batch}):
             with self.conn.transaction():

@@ -93,6 +93,23 @@ def task_rows(database_url: str, content_id: int | None = None) -> list[dict]:
         return conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (content_id,)).fetchall()
 
 
+def pending_count_mismatch(conn) -> dict:
+    """Where the admission counters (pending_counts, kept by triggers) disagree with a count of the pending
+    tasks, per API key whose save made them: {key_id: (kept, counted)}; empty when they agree."""
+    counted = {r["key_id"]: r["n"] for r in conn.execute(
+        "SELECT coalesce(v.saved_by_key, 0) AS key_id, count(*) AS n FROM tasks t "
+        "JOIN versions v ON v.content_id = t.content_id AND v.version = t.version "
+        "WHERE t.status IN ('ready', 'running', 'retry') GROUP BY 1").fetchall()}
+    kept = {r["key_id"]: r["n"] for r in conn.execute(
+        "SELECT key_id, sum(n) AS n FROM pending_counts GROUP BY key_id HAVING sum(n) <> 0").fetchall()}
+    return {key: (kept.get(key, 0), counted.get(key, 0)) for key in kept.keys() | counted.keys()
+            if kept.get(key, 0) != counted.get(key, 0)}
+
+
+def assert_pending_counts(conn) -> None:
+    assert pending_count_mismatch(conn) == {}
+
+
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -35,6 +35,7 @@ from pipeline.core.content import parse_draft
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer
+from testkit.helpers import pending_count_mismatch
 from testkit.system import _die_with_pytest, rq_worker_argv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,6 +159,7 @@ def report(soak: Soak, fake: FakeProviderServer, drained: float, total: int) -> 
         tasks = conn.execute("SELECT id, fingerprint, kind, status FROM tasks").fetchall()
         accepted = {r["task_id"] for r in conn.execute(
             "SELECT task_id FROM events WHERE action = 'duplicate_risk_accepted'")}
+        miscounted = pending_count_mismatch(conn)
     by_state = Counter(t["status"] for t in tasks)
     executions = {t["id"]: fake.calls_for(idempotency_key(t["fingerprint"], t["id"])).executions
                   for t in tasks if t["kind"] != "bundle"}
@@ -174,6 +176,7 @@ def report(soak: Soak, fake: FakeProviderServer, drained: float, total: int) -> 
         "provider_executions": sum(executions.values()),
         "keys_executed_twice_without_decision": len(duplicates),
         "calls_per_key": dict(sorted(Counter(executions.values()).items())),
+        "admission_counters_disagree": {str(k): v for k, v in miscounted.items()},
         "waiting_on_unknown_or_failed_dependency": len(blocked), "lost_tasks": len(lost), "_duplicates": duplicates, "_lost": lost, "stale_writes_refused": stale, "worker_kills": soak.kills,
         "seconds_to_drain": round(drained, 1),
         "recovery_seconds": [(name, after) for name, _, after in soak.faults],
@@ -239,7 +242,8 @@ def main(argv: list[str]) -> int:
     if args.keep:
         print(f"kept {base} (PostgreSQL data in {base / 'pg'}, process logs *.log)")
     print(json.dumps(result, ensure_ascii=False, indent=None if args.json else 2))
-    ok = result["lost_tasks"] == 0 and result["keys_executed_twice_without_decision"] == 0
+    ok = result["lost_tasks"] == 0 and result["keys_executed_twice_without_decision"] == 0 \
+        and not result["admission_counters_disagree"]
     return 0 if ok else 1
 
 

@@ -62,6 +62,17 @@ SELECT pg_logical_emit_message(false, 'mediapipe', 'admitted', true) AS flushed_
 SELECT admit_save(%(adding)s::integer, %(pending_limit)s::integer, %(key_id)s::bigint, %(key_pending_limit)s::integer,
                   %(key_saves_limit)s::integer) AS pending;
 
+-- admission_fold_counts: fold the pending-count rows of database backends that have ended into shard 0 (each sum
+-- stays as it was; a backend that starts again under a reused process id just adds to its row anew)
+WITH gone AS (
+    DELETE FROM pending_counts p WHERE shard <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = p.shard)
+    RETURNING key_id, n
+)
+INSERT INTO pending_counts (key_id, shard, n)
+SELECT key_id, 0, sum(n) FROM gone GROUP BY key_id
+ON CONFLICT (key_id, shard) DO UPDATE SET n = pending_counts.n + EXCLUDED.n
+RETURNING key_id;
+
 -- admission_recent_rate: tasks finished in the last minute, to estimate when capacity frees up
 SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');

@@ -13,6 +13,7 @@ def test_a_small_chaos_soak_loses_nothing_and_pays_nothing_twice():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert result.returncode == 0, report
     assert report["lost_tasks"] == 0 and report["keys_executed_twice_without_decision"] == 0
+    assert report["admission_counters_disagree"] == {}   # the pending counts survived the crashes exactly
     assert report["tasks"] == report["expected_tasks"] == 40
     faults = [name for name, _ in report["recovery_seconds"]]
     assert "Redis FLUSHALL" in faults and "PostgreSQL restart" in faults

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from pipeline import tasks, versions
 from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
-from testkit.helpers import draft, make_settings
+from testkit.helpers import assert_pending_counts, draft, make_settings
 
 ERRORS = {"transient": Transient("t"), "permanent": Permanent("p"), "ambiguous": Ambiguous("a")}
 
@@ -20,7 +20,7 @@ def machine_for(conn, cfg):
         def __init__(self):
             super().__init__()
             conn.execute("TRUNCATE contents, versions, tasks, task_deps, outbox, events, dead_letters, assets, "
-                         "asset_inputs, provider_calls, reconcile_runs, input_calls RESTART IDENTITY CASCADE")
+                         "asset_inputs, provider_calls, reconcile_runs, input_calls, pending_counts RESTART IDENTITY CASCADE")
             self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
             self.version = 1
             self.holders: list[tasks.Task] = []
@@ -142,6 +142,10 @@ def machine_for(conn, cfg):
                     WHERE e.to_status = 'succeeded' AND v.cancel_requested_at IS NOT NULL
                       AND e.at > v.cancel_requested_at""").fetchone()["n"]
             assert n == 0
+
+        @invariant()
+        def pending_tasks_are_counted_as_they_change(self):
+            assert_pending_counts(conn)
 
         @invariant()
         def unknown_is_never_left_automatically(self):

@@ -4,10 +4,10 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from pipeline import versions
+from pipeline import db, versions
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, NotFound
 from pipeline.db import connect
-from testkit.helpers import draft, make_settings
+from testkit.helpers import assert_pending_counts, draft, make_settings, wait_until
 
 
 def counts(conn):
@@ -119,5 +119,37 @@ def test_concurrent_saves_never_exceed_capacity(database_url, redis_url, tmp_pat
     with ThreadPoolExecutor(10) as pool:
         accepted = sum(pool.map(save, range(10)))
     with connect(database_url) as c:
-        pending = c.execute("SELECT pending_tasks() AS n").fetchone()["n"]
+        pending = c.execute("SELECT count(*) AS n FROM tasks WHERE status IN ('ready', 'running', 'retry')").fetchone()["n"]
     assert accepted == 7 and pending == 21
+
+
+def test_pending_tasks_are_counted_per_key_through_saves_supersedes_and_cancels(conn, cfg):
+    a = versions.save(conn, draft(2), cfg, actor="a", key_id=1)       # 5 pending, key 1
+    assert_pending_counts(conn)
+    b = versions.save(conn, draft(3), cfg, actor="a", key_id=2)       # 7, key 2
+    versions.save(conn, draft(1), cfg, actor="a")                     # 3, no key
+    assert_pending_counts(conn)
+    versions.save(conn, draft(2, prefix="new"), cfg, actor="a", key_id=2, content_id=a.content_id, base_version=1)
+    assert_pending_counts(conn)                                       # key 1's 5 superseded, 5 more for key 2
+    versions.cancel(conn, b.content_id, b.version, actor="a")
+    assert_pending_counts(conn)
+    row = conn.execute("SELECT pending_tasks() AS total, pending_tasks(1) AS one, pending_tasks(2) AS two").fetchone()
+    assert (row["total"], row["one"], row["two"]) == (8, 0, 5)
+
+
+def test_the_counts_of_a_closed_connection_fold_into_shard_zero_and_every_sum_stays(conn, cfg):
+    with connect(cfg.database_url, autocommit=True) as other:
+        versions.save(other, draft(2), cfg, actor="a", key_id=3)
+        pid = other.info.backend_pid
+    wait_until(lambda: conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = %s",
+                                    (pid,)).fetchone()["n"] == 0)
+    versions.save(conn, draft(1), cfg, actor="a", key_id=3)           # this connection's own row stays
+    sums = "SELECT pending_tasks() AS total, pending_tasks(3) AS mine"
+    before = conn.execute(sums).fetchone()
+    assert conn.execute("SELECT n FROM pending_counts WHERE shard = %s", (pid,)).fetchone()["n"] == 5
+    db.all(conn, "admission_fold_counts")
+    assert conn.execute("SELECT count(*) AS n FROM pending_counts WHERE shard = %s", (pid,)).fetchone()["n"] == 0
+    assert conn.execute("SELECT n FROM pending_counts WHERE shard = 0 AND key_id = 3").fetchone()["n"] == 5
+    assert conn.execute("SELECT n FROM pending_counts WHERE shard = pg_backend_pid()").fetchone()["n"] == 3
+    assert conn.execute(sums).fetchone() == before == {"total": 8, "mine": 8}
+    assert_pending_counts(conn)
