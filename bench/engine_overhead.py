@@ -92,7 +92,7 @@ def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag:
     with stack.db() as conn, quiet_logs(stack.logs / "driver.log"):
         started = time.time()
         for d in drafts:
-            saved = versions.save(conn, d, cfg, actor="bench")
+            saved = versions.save(conn, d, cfg, actor="bench", send_at_once=True)
             dispatch.send_now(conn, conn_redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
         total = lessons * tasks_per_lesson(blocks)
         progress = (-1, time.monotonic())

@@ -65,7 +65,7 @@ class Trials:
         self.n += 1
         d = draft(self.blocks, f"first-{self.n}")
         started = time.time()
-        saved = versions.save(self.conn, d, self.cfg, actor="bench")
+        saved = versions.save(self.conn, d, self.cfg, actor="bench", send_at_once=fast_path)
         committed = time.time()
         if fast_path:
             dispatch.send_now(self.conn, self.redis, saved.outbox_ids, claim_seconds=self.cfg.dispatch_claim_seconds)

@@ -107,7 +107,7 @@ def direct_round(stack: Stack, drafts: list[list]) -> tuple[list[float], float]:
             start.wait()
             for d in mine:
                 began = time.perf_counter()
-                saved = versions.save(conn, d, cfg, actor="bench")
+                saved = versions.save(conn, d, cfg, actor="bench", send_at_once=True)
                 dispatch.send_now(conn, conn_redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
                 with lock:
                     latencies.append(time.perf_counter() - began)

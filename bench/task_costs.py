@@ -61,7 +61,7 @@ def fill(stack: Stack, tasks: int, blocks: int, tag: str) -> int:
     lessons = max(1, round(tasks / tasks_per_lesson(blocks)))
     with stack.db() as conn, quiet_logs(stack.logs / "driver.log"):
         for i in range(lessons):
-            saved = versions.save(conn, draft(blocks, f"{tag}-{i}"), cfg, actor="bench")
+            saved = versions.save(conn, draft(blocks, f"{tag}-{i}"), cfg, actor="bench", send_at_once=True)
             dispatch.send_now(conn, stack.redis(), saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
     return lessons * tasks_per_lesson(blocks)
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import psycopg
 import redis
@@ -59,12 +60,32 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
         pipe.execute()
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """Outbox rows claimed by the transaction that wrote them (a save's runnable tasks), to be sent right
+    after its commit without a claim of their own. It iterates over the rows' ids, like a list of them."""
+
+    token: uuid.UUID
+    rows: tuple[dict, ...]
+
+    def __iter__(self) -> Iterator[int]:
+        return (row["id"] for row in self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 def _send(conn: psycopg.Connection, conn_redis: redis.Redis, claim_query: str, params: dict,
           claim_seconds: float) -> int:
     token = uuid.uuid4()
     with conn.transaction(), conn.pipeline():
         db.execute(conn, "outbox_commit_async")
         rows = db.all(conn, claim_query, {**params, "claim_token": token, "claim_seconds": claim_seconds})
+    return _deliver(conn, conn_redis, rows, token)
+
+
+def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[dict], token: uuid.UUID) -> int:
+    """Enqueue rows held under the claim `token`, then mark them sent where the claim still holds."""
     if not rows:
         return 0
     try:
@@ -122,14 +143,17 @@ def send_bulk(conn: psycopg.Connection, conn_redis: redis.Redis, *, depth: Mappi
             db.execute(conn, "outbox_bulk_unlock")
 
 
-def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iterable[int],
+def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iterable[int] | Claimed,
              *, claim_seconds: float = 30.0) -> int:
     """Fast path after a commit: send these rows at once if they are interactive (bulk rows wait for
-    `send_bulk`). Redis trouble leaves them for the dispatcher."""
+    `send_bulk`); rows their own transaction claimed (Claimed) are sent under that claim. Redis trouble
+    leaves them for the dispatcher (a claim made with the rows runs out like any other)."""
     ids = list(outbox_ids)
     if not ids:
         return 0
     try:
+        if isinstance(outbox_ids, Claimed):
+            return _deliver(conn, conn_redis, outbox_ids.rows, outbox_ids.token)
         return _send(conn, conn_redis, "outbox_claim_ids", {"ids": ids}, claim_seconds)
     except redis.RedisError as exc:
         log("fast_path_deferred", outbox_ids=ids, error=exc.__class__.__name__)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, tasks, lanes
+from pipeline import db, dispatch, tasks, lanes
 from pipeline.overview import FINISHED, version_status
 from pipeline.core.content import Draft, ProviderInfo, carry_regenerations, check_speakable, plan_tasks, stamped
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
@@ -30,8 +31,9 @@ class Saved:
     content_id: int
     version: int
     created: bool                       # False: an earlier save with the same key answered
-    outbox_ids: tuple[int, ...] = ()    # rows the caller may send at once (fast path; none for a bulk save,
-                                        # whose rows the dispatcher releases as contents take turns)
+    outbox_ids: tuple[int, ...] | dispatch.Claimed = ()   # rows the caller sends at once (fast path: claimed by
+                                        # the save itself; none for a bulk save, whose rows the dispatcher
+                                        # releases as contents take turns)
     superseded: int = 0
     lane: str = lanes.INTERACTIVE
 
@@ -60,11 +62,15 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
 
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
          base_version: int | None = None, save_key: str | None = None, key_id: int | None = None,
-         lane: str = lanes.INTERACTIVE) -> Saved:
+         lane: str = lanes.INTERACTIVE, send_at_once: bool = False) -> Saved:
     """Create a content item (content_id None) or its next version on top of `base_version`.
 
     `key_id`: the API key saving (0 for the demo door); its own limits apply (KeyLimitReached).
     `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/lanes.py.
+    `send_at_once`: the caller sends the runnable tasks' messages right after this returns
+    (dispatch.send_now), so the save claims them as it writes them (`Saved.outbox_ids` is then a
+    dispatch.Claimed); without a send they wait for the dispatcher until the claim runs out.
+    Inside a caller's transaction the save commits with it, at the usual durability.
     """
     lane = lanes.parse_priority(lane)
     check_speakable(draft.locale, SPEECH_LOCALES.get(cfg.tts.backend, ()))
@@ -82,6 +88,8 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     if key_id is not None and len(plan) > cfg.key_max_pending_tasks:
         raise InvalidInput(f"this content needs {len(plan)} tasks but one key may hold at most "
                            f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
+    own = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE   # not inside a caller's transaction
+    claim = uuid.uuid4() if send_at_once and lane == lanes.INTERACTIVE else None
     try:
         # One pipeline: the end of the save, the admission call, the COMMIT and the flush after it travel in one
         # round trip, so the admission locks are held only while the server runs them (admit).
@@ -91,29 +99,32 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
                 queued = None
                 if saved is None:
                     saved, queued = _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
-                                              request_digest, key_id, lane)
-            # Saves commit without waiting for their WAL flush (admit): make this one, or the earlier one we
-            # answer with, durable before the caller may answer 202.
-            db.execute(conn, "admission_flush")
+                                              request_digest, key_id, lane, claim, flush_later=own)
+            if own:   # it committed without waiting for its WAL flush (admit): make this save, or the earlier
+                # one we answer with, durable before the caller may answer 202
+                db.execute(conn, "admission_flush")
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
             saved = _earlier_save(conn, save_key, request_digest)
         if saved is None:
             raise
-        db.execute(conn, "admission_flush")
+        if own:
+            db.execute(conn, "admission_flush")
         return saved
     except psycopg.Error as exc:
         raise _refusal(conn, exc, cfg, len(plan), lane) from None
     if queued is not None and lane == lanes.INTERACTIVE:
-        saved = replace(saved, outbox_ids=tuple(row["id"] for row in queued.fetchall()))
+        rows = tuple(queued.fetchall())
+        saved = replace(saved, outbox_ids=dispatch.Claimed(claim, rows) if claim else tuple(r["id"] for r in rows))
     return saved
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-              key_id=None, lane=lanes.INTERACTIVE) -> tuple[Saved, psycopg.Cursor]:
+              key_id=None, lane=lanes.INTERACTIVE, claim: uuid.UUID | None = None, *,
+              flush_later: bool = True) -> tuple[Saved, psycopg.Cursor]:
     """Write the version; its last statements and the admission are only queued (the caller's pipeline sends
-    them with the COMMIT). Returns the version and the cursor of its outbox rows, to read after the COMMIT."""
+    them with the COMMIT). Returns the version and its outbox rows, to read after the COMMIT."""
     fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
     if content_id is None:
         row = db.one(conn, "contents_insert", fields)
@@ -142,8 +153,8 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
                                                    "depends_on": [d[1] for d in deps]})
     queued = db.execute(conn, "outbox_add_many", {
         "task_ids": [ids[task.ref] for task in stamped_plan if not task.depends_on], "lane": version["lane"],
-        "available_at": version["saved_at"]})
-    _admit(conn, cfg, len(plan), lane, key_id, flush_later=True)
+        "available_at": version["saved_at"], "claim_token": claim, "claim_seconds": cfg.dispatch_claim_seconds})
+    _admit(conn, cfg, len(plan), lane, key_id, flush_later=flush_later)
     return Saved(content_id, number, created=True, superseded=len(superseded), lane=lane), queued
 
 

@@ -98,7 +98,8 @@ def save_all(soak: Soak, cfg) -> int:
     tasks = 0
     with connect(soak.env["DATABASE_URL"], autocommit=True) as conn:
         for i in range(soak.args.lessons):
-            saved = versions.save(conn, parse_draft(lesson_body(i, soak.args.blocks)), cfg, actor="soak")
+            saved = versions.save(conn, parse_draft(lesson_body(i, soak.args.blocks)), cfg, actor="soak",
+                                  send_at_once=True)
             dispatch.send_now(conn, client, saved.outbox_ids)
             tasks += soak.args.blocks * 2 + 1
     return tasks

@@ -59,7 +59,7 @@ def _save(content_id: int | None) -> Response:
     draft = parse_draft(body)
     lane = lanes.parse_priority(body.get("priority", lanes.INTERACTIVE))   # "bulk": an import, behind editors
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
-                          base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane)
+                          base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane, send_at_once=True)
     log("saved", content_id=saved.content_id, version=saved.version, created=saved.created, lane=lane,
         outbox_ids=list(saved.outbox_ids))
     send_fast(saved.outbox_ids)

@@ -68,7 +68,7 @@ def _save(content_id: int | None):
     try:
         check_storable(body)
         saved = versions.save(get_conn(), parse_draft(body), settings(), actor=g.user.owner,
-                              content_id=content_id, base_version=base, key_id=g.user.key_id)
+                              content_id=content_id, base_version=base, key_id=g.user.key_id, send_at_once=True)
     except (InvalidInput, Conflict, CapacityExceeded, KeyLimitReached) as exc:
         status = (422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict)
                   else 429 if isinstance(exc, KeyLimitReached) else 503)

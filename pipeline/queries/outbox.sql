@@ -8,13 +8,17 @@ WHERE t.id = %(task_id)s
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 
--- outbox_add_many: messages for a new version's runnable tasks, in one statement, in the given lane
-INSERT INTO outbox (task_id, queue, lane, available_at)
-SELECT t.id, t.kind, %(lane)s::lane, %(available_at)s::timestamptz FROM tasks t
+-- outbox_add_many: messages for a new version's runnable tasks, in one statement, in the given lane; with a
+-- `claim_token` they are claimed by the writing transaction itself (the fast path sends them after its commit)
+INSERT INTO outbox (task_id, queue, lane, available_at, claim_token, claim_until, send_attempts)
+SELECT t.id, t.kind, %(lane)s::lane, %(available_at)s::timestamptz, %(claim_token)s::uuid,
+       CASE WHEN %(claim_token)s::uuid IS NOT NULL THEN now() + make_interval(secs => %(claim_seconds)s) END,
+       CASE WHEN %(claim_token)s::uuid IS NOT NULL THEN 1 ELSE 0 END
+FROM tasks t
 WHERE t.id = ANY(%(task_ids)s::bigint[])
 ORDER BY t.id
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id;
+RETURNING id, task_id, queue, lane, send_attempts;
 
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded
 INSERT INTO outbox (task_id, queue, lane, available_at)

@@ -14,7 +14,7 @@ from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from pipeline.runtime import Runtime
 from pipeline.tasks import Asset
-from testkit.helpers import draft, make_settings, task_rows
+from testkit.helpers import draft, make_settings, task_rows, wait_until
 
 DEPTH = {"image": 2, "tts": 2, "bundle": 2}
 
@@ -75,6 +75,26 @@ def test_an_interactive_save_is_sent_at_once_to_the_interactive_queues(conn, cfg
     assert saved.lane == "interactive" and len(saved.outbox_ids) == 4
     assert dispatch.send_now(conn, client, saved.outbox_ids) == 4
     assert len(queued(client, "image")) == 2 and queued(client, "image-bulk") == []
+
+
+def test_a_save_that_is_sent_at_once_claims_its_messages_as_it_writes_them(conn, database_url, redis_url, tmp_path,
+                                                                           client):
+    short = make_settings(database_url, redis_url, tmp_path, DISPATCH_CLAIM_SECONDS="0.5")
+    sent = versions.save(conn, draft(2), short, actor="editor", send_at_once=True)
+    unsent = versions.save(conn, draft(1, prefix="unsent"), short, actor="editor", send_at_once=True)
+    assert isinstance(sent.outbox_ids, dispatch.Claimed) and len(sent.outbox_ids) == 4
+    # while the saves' claims hold, the dispatcher leaves their rows alone
+    assert send(conn, client) == 0
+    # the caller sends its rows under the save's own claim: no claim of their own, one attempt each
+    assert dispatch.send_now(conn, client, sent.outbox_ids) == 4
+    rows = conn.execute("SELECT task_id, send_attempts, sent_at FROM outbox WHERE id = ANY(%s)",
+                        (list(sent.outbox_ids),)).fetchall()
+    assert all(r["sent_at"] is not None and r["send_attempts"] == 1 for r in rows) and len(rows) == 4
+    # a caller that never sent (it died after the commit): the dispatcher sends once the claim has run out
+    wait_until(lambda: send(conn, client) == 2, timeout=10)
+    assert len(queued(client, "image")) == 3 and len(queued(client, "tts")) == 3
+    assert {r["send_attempts"] for r in conn.execute("SELECT send_attempts FROM outbox WHERE id = ANY(%s)",
+                                                     (list(unsent.outbox_ids),))} == {2}
 
 
 def test_a_worker_takes_interactive_work_before_bulk_work_queued_earlier(conn, cfg, client, rt, executor):
