@@ -144,8 +144,8 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
         "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id,
         "lane": lane})
-    superseded = tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
-                                       reason=f"superseded by version {number}")
+    superseded = [] if number == 1 else tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
+                                                              reason=f"superseded by version {number}")
     ids, stamped_plan = _insert_tasks(conn, plan, content_id, number, version, cfg)
     deps = [(ids[task.ref], ids[dep]) for task in stamped_plan for dep in task.depends_on]
     if deps:
