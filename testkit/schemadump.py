@@ -24,6 +24,10 @@ _QUERIES = {
                      FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND conrelid <> 0
                      ORDER BY 1""",
     "index": """SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY tablename, indexname""",
+    "function": """SELECT p.oid::regprocedure::text FROM pg_proc p
+                   WHERE p.pronamespace = 'public'::regnamespace ORDER BY 1""",
+    "trigger": """SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+                  WHERE NOT t.tgisinternal AND c.relnamespace = 'public'::regnamespace ORDER BY c.relname, t.tgname""",
 }
 
 
