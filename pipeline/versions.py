@@ -100,8 +100,9 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
                 if saved is None:
                     saved, queued = _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
                                               request_digest, key_id, lane, claim, flush_later=own)
-            if own:   # it committed without waiting for its WAL flush (admit): make this save, or the earlier
-                # one we answer with, durable before the caller may answer 202
+            if own:
+                # it committed without waiting for its WAL flush (admit): make this save, or the earlier one we
+                # answer with, durable before the caller may answer 202
                 db.execute(conn, "admission_flush")
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
