@@ -57,3 +57,14 @@ def test_a_save_behind_a_held_lock_is_503_and_writes_nothing(database_url, redis
     assert waited < 5
     assert conn.execute("SELECT count(*) AS n FROM versions WHERE content_id = %s",
                         (created["content_id"],)).fetchone()["n"] == 1
+
+
+def test_a_pooled_connection_the_server_ended_is_replaced_before_a_request_gets_it(api, conn):
+    # given: the web process holds a pooled connection from an earlier request
+    assert api.get("/api/contents").status_code == 200
+    # when: the server ends it, as a restart would
+    ended = conn.execute("SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity "
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+    assert ended and all(row["ended"] for row in ended)
+    # then: the next request is served on a working connection, not answered 503
+    assert api.get("/api/contents").status_code == 200
