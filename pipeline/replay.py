@@ -17,11 +17,11 @@ from datetime import datetime, timezone
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, lanes, tasks, versions
+from pipeline import db, tasks
 from pipeline.core import replay as rules
 from pipeline.core.errors import Conflict, NotFound
 from pipeline.core.states import TaskStatus
-from pipeline.review import ensure_runnable_version
+from pipeline.review import ensure_runnable_version, readmit
 from pipeline.settings import Settings
 
 ACTION = "dead_letter_replayed"   # the event's action (not "replayed": a provider answering a repeated key)
@@ -76,14 +76,9 @@ def replay(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
             extended = [r["id"] for r in db.all(conn, "tasks_extend_waiting_dependents",
                                                 {"task_id": task_id, "deadline_at": deadline})]
         _record_event(conn, row, record, letter, actor=actor, why=why, dependents=extended)
-        versions.admit(conn, cfg, 1, lanes.INTERACTIVE)   # work added like a save's: over capacity, nothing changes
-        outbox = []
-        if not db.scalar(conn, "tasks_unmet_dependencies", {"task_id": task_id}):
-            added = db.one(conn, "outbox_add", {"task_id": task_id, "lane": lanes.INTERACTIVE,
-                                                "available_at": row["available_at"]})
-            outbox = [added["id"]] if added else []
+        outbox = readmit(conn, cfg, row)
     return Replayed(record["id"], task_id, letter["id"], row["status"], record["first_attempt"],
-                    record["max_attempts"], task["deadline_at"], deadline, tuple(outbox))
+                    record["max_attempts"], task["deadline_at"], deadline, outbox)
 
 
 def _record_event(conn: psycopg.Connection, row: dict, record: dict, letter: dict, *, actor: str, why: str,

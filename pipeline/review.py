@@ -179,15 +179,21 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
                task_id=task_id, details={"dead_letter": dead, "max_attempts": row["max_attempts"]} if dead
                else {"max_attempts": row["max_attempts"]})
         db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
-        versions.admit(conn, cfg, 1, lanes.INTERACTIVE)   # work added like a save's: over capacity, nothing changes
-        outbox = []
-        if not db.scalar(conn, "tasks_unmet_dependencies", {"task_id": task_id}):
-            # an editor's retry is interactive work, whatever lane its version was saved in
-            added = db.one(conn, "outbox_add", {"task_id": task_id, "lane": lanes.INTERACTIVE,
-                                                "available_at": row["available_at"]})
-            outbox = [added["id"]] if added else []
-    return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"],
-                    tuple(outbox))
+        outbox = readmit(conn, cfg, row)
+    return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"], outbox)
+
+
+def readmit(conn: psycopg.Connection, cfg: Settings, row: dict) -> tuple[int, ...]:
+    """A task an editor sent back to `ready` (a retry, a replay), in the caller's transaction: it passes
+    admission like a save's work (CapacityExceeded: the caller rolls back, nothing changes), and its message
+    is queued, in the interactive lane whatever lane its version was saved in, unless it still waits for a
+    dependency. The outbox ids the caller may send at once."""
+    versions.admit(conn, cfg, 1, lanes.INTERACTIVE)
+    if db.scalar(conn, "tasks_unmet_dependencies", {"task_id": row["id"]}):
+        return ()
+    added = db.one(conn, "outbox_add", {"task_id": row["id"], "lane": lanes.INTERACTIVE,
+                                        "available_at": row["available_at"]})
+    return (added["id"],) if added else ()
 
 
 def resolve_failed(conn: psycopg.Connection, task_id: int, note: str, *, actor: str) -> dict:
