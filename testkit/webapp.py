@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import redis
@@ -127,3 +128,13 @@ def work(app, media_dir):
     rt = runtime.Runtime(cfg, executor, worker_id="test-worker")
     yield Work(cfg, executor, rt)
     runtime.install(None)
+
+
+def api_and_work(database_url: str, redis_url: str, media_dir: Path, tokens: dict[str, str],
+                 executor: Callable[[object], object] | None = None, **env: str) -> tuple[Api, Work]:
+    """An app with these settings, its API client, and in-process work by `executor(settings)` (a scripted
+    ControlledExecutor by default): for a test that needs settings of its own."""
+    app = make_app(database_url, redis_url, media_dir, **env)
+    cfg = app.config["SETTINGS"]
+    made = executor(cfg) if executor else ControlledExecutor(MediaStore(media_dir))
+    return Api(app.test_client(), tokens), Work(cfg, made, runtime.Runtime(cfg, made, worker_id="w"))

@@ -14,7 +14,8 @@ from testkit.helpers import wait_until
 REFUSE_HEARTBEATS = """
 CREATE FUNCTION test_refuse_heartbeats() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.id = {task_id} AND OLD.status = 'running' AND NEW.status = 'running' AND NEW.lease_token = OLD.lease_token THEN
+    IF NEW.id = {task_id} AND OLD.status = 'running' AND NEW.status = 'running'
+       AND NEW.lease_token = OLD.lease_token THEN
         RAISE EXCEPTION 'heartbeat of task % refused by the test', NEW.id;
     END IF;
     RETURN NEW;
@@ -35,15 +36,21 @@ def heartbeats_refused(system, task_id: int):
                          "DROP FUNCTION IF EXISTS test_refuse_heartbeats()")
 
 
-def test_a_call_three_times_longer_than_the_lease_succeeds_once_under_one_lease(system, fake):
-    # given: leases of 3 s renewed every 0.5 s, and a provider that takes 9 s to answer
-    slow = system.with_env(IMAGE_READ_TIMEOUT="20")
+def image_call_in_flight(system, fake, seconds: float):
+    """A worker whose image call takes `seconds` (the provider's read timeout well past it), that call in flight."""
+    slow = system.with_env(IMAGE_READ_TIMEOUT=str(2 * seconds))
     slow.start_worker("image")
-    fake.script(Behaviour("delay", seconds=9, endpoint="image"))
+    fake.script(Behaviour("delay", seconds=seconds, endpoint="image"))
     _, image_id = slow.save_lesson()
     slow.dispatch()
-    # while the call runs, the reconciler finds no expired lease to take over
     wait_until(lambda: fake.in_flight("image") == 1, timeout=60, message="the call in flight")
+    return slow, image_id
+
+
+def test_a_call_three_times_longer_than_the_lease_succeeds_once_under_one_lease(system, fake):
+    # given: leases of 3 s renewed every 0.5 s, and a provider that takes 9 s to answer
+    slow, image_id = image_call_in_flight(system, fake, 9)
+    # while the call runs, the reconciler finds no expired lease to take over
     while fake.in_flight("image"):
         slow.reconcile()
         assert slow.task(image_id)["status"] in ("running", "succeeded")
@@ -59,12 +66,7 @@ def test_a_call_three_times_longer_than_the_lease_succeeds_once_under_one_lease(
 
 def test_with_its_heartbeat_stopped_a_long_call_loses_its_task_and_its_late_result_is_refused(system, fake):
     # given: leases of 3 s renewed every 0.5 s, and a provider that takes 15 s to answer
-    slow = system.with_env(IMAGE_READ_TIMEOUT="30")
-    slow.start_worker("image")
-    fake.script(Behaviour("delay", seconds=15, endpoint="image"))
-    _, image_id = slow.save_lesson()
-    slow.dispatch()
-    wait_until(lambda: fake.in_flight("image") == 1, timeout=60, message="the call in flight")
+    slow, image_id = image_call_in_flight(system, fake, 15)
     claimed = slow.task(image_id)
     # when: the worker's heartbeat stops while the call runs
     with heartbeats_refused(slow, image_id):

@@ -7,9 +7,8 @@ import pytest
 from pipeline.core.errors import Ambiguous, Permanent
 from pipeline import runtime
 from pipeline.overview import version_status
-from receipts.media import MediaStore
-from testkit.helpers import ControlledExecutor, lesson
-from testkit.webapp import Api, Work, make_app
+from testkit.helpers import lesson
+from testkit.webapp import api_and_work
 
 
 def tasks_of(api, created) -> dict[str, dict]:
@@ -275,10 +274,7 @@ def test_a_versions_status_is_one_word_from_its_tasks(tasks, cancel, expected):
 
 def test_a_manual_retry_over_capacity_is_503_and_changes_nothing(database_url, redis_url, tmp_path, tokens, conn):
     # given: room for four pending tasks; a failed image whose bundle waits, and another lesson queued
-    app = make_app(database_url, redis_url, tmp_path / "media", MAX_PENDING_TASKS="4")
-    cfg = app.config["SETTINGS"]
-    executor = ControlledExecutor(MediaStore(tmp_path / "media"))
-    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, MAX_PENDING_TASKS="4")
     first = api.create(1)
     image = tasks_of(api, first)["image:b1"]["id"]
     work.executor.script[image] = [Permanent("refused")]

@@ -7,9 +7,8 @@ from urllib.parse import unquote
 
 from pipeline import runtime
 from pipeline.core.errors import Ambiguous, Permanent
-from receipts.media import MediaStore
-from testkit.helpers import ControlledExecutor, lesson
-from testkit.webapp import Api, Work, make_app
+from testkit.helpers import lesson
+from testkit.webapp import Api, api_and_work, make_app
 from tests.integration.web.test_api_review import approve, delivery, tasks_of
 
 
@@ -133,10 +132,7 @@ def test_regenerating_what_did_not_succeed_or_is_not_current_is_409(api, work):
 
 
 def test_a_regeneration_over_capacity_is_503_and_writes_nothing(database_url, redis_url, tmp_path, tokens, conn):
-    app = make_app(database_url, redis_url, tmp_path / "media", MAX_PENDING_TASKS="4")
-    cfg = app.config["SETTINGS"]
-    executor = ControlledExecutor(MediaStore(tmp_path / "media"))
-    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, MAX_PENDING_TASKS="4")
     first = api.create(1)
     work.until_idle()
     api.create(1)   # three pending of four
@@ -153,10 +149,8 @@ def test_a_regenerated_call_books_against_the_budget_and_pauses_when_it_would_pa
         database_url, redis_url, tmp_path, tokens, conn):
     # given: real local providers; an image costs 1 and a content may spend 2
     from pipeline.executor import ProviderExecutor
-    app = make_app(database_url, redis_url, tmp_path / "media", IMAGE_COST_PER_CALL="1", CONTENT_BUDGET="2")
-    cfg = app.config["SETTINGS"]
-    executor = ProviderExecutor.from_settings(cfg)
-    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, IMAGE_COST_PER_CALL="1",
+                             CONTENT_BUDGET="2", executor=ProviderExecutor.from_settings)
     created = api.create(1)
     work.until_idle()
     body = {"accept_new_charge": True, "reason": "again"}
@@ -284,10 +278,7 @@ def test_bulk_resolve_closes_unknown_tasks_as_failed_with_one_note(api, work, co
 
 
 def test_a_bulk_retry_over_capacity_is_503_and_retries_none(database_url, redis_url, tmp_path, tokens, conn):
-    app = make_app(database_url, redis_url, tmp_path / "media", MAX_PENDING_TASKS="6")
-    cfg = app.config["SETTINGS"]
-    executor = ControlledExecutor(MediaStore(tmp_path / "media"))
-    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, MAX_PENDING_TASKS="6")
     created = api.create(2)
     tasks = tasks_of(api, created)
     for key in ("image:b1", "image:b2", "tts:b1"):

@@ -7,9 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from pipeline import runtime
 from pipeline.core.errors import Permanent
-from receipts.media import MediaStore
-from testkit.helpers import ControlledExecutor
-from testkit.webapp import Api, Work, make_app
+from testkit.webapp import api_and_work
 from tests.integration.web.test_metrics import scrape
 from tests.integration.web.test_ui import Forms, page, post, sign_in
 
@@ -132,10 +130,7 @@ def test_a_task_failing_again_after_a_replay_gets_a_new_dead_letter_and_its_page
 
 def test_a_replay_over_capacity_is_503_and_changes_nothing(database_url, redis_url, tmp_path, tokens, conn):
     # given: room for four pending tasks; a failed image whose bundle waits, and another lesson queued
-    app = make_app(database_url, redis_url, tmp_path / "media", MAX_PENDING_TASKS="4")
-    cfg = app.config["SETTINGS"]
-    executor = ControlledExecutor(MediaStore(tmp_path / "media"))
-    api, work = Api(app.test_client(), tokens), Work(cfg, executor, runtime.Runtime(cfg, executor, worker_id="w"))
+    api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, MAX_PENDING_TASKS="4")
     created = api.create(1)
     image = failed_image(api, work, created)
     api.create(1)   # three more pending: four in all, the limit
