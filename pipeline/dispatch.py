@@ -61,7 +61,7 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
 
 
 @dataclass(frozen=True)
-class Claimed:
+class ClaimedMessages:
     """Outbox rows claimed by the transaction that wrote them (a save's runnable tasks), to be sent right
     after its commit without a claim of their own. It iterates over the rows' ids, like a list of them."""
 
@@ -143,16 +143,16 @@ def send_bulk(conn: psycopg.Connection, conn_redis: redis.Redis, *, depth: Mappi
             db.execute(conn, "outbox_bulk_unlock")
 
 
-def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iterable[int] | Claimed,
+def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iterable[int] | ClaimedMessages,
              *, claim_seconds: float = 30.0) -> int:
     """Fast path after a commit: send these rows at once if they are interactive (bulk rows wait for
-    `send_bulk`); rows their own transaction claimed (Claimed) are sent under that claim. Redis trouble
+    `send_bulk`); rows their own transaction claimed (ClaimedMessages) are sent under that claim. Redis trouble
     leaves them for the dispatcher (a claim made with the rows runs out like any other)."""
     ids = list(outbox_ids)
     if not ids:
         return 0
     try:
-        if isinstance(outbox_ids, Claimed):
+        if isinstance(outbox_ids, ClaimedMessages):
             return _deliver(conn, conn_redis, outbox_ids.rows, outbox_ids.token)
         return _send(conn, conn_redis, "outbox_claim_ids", {"ids": ids}, claim_seconds)
     except redis.RedisError as exc:

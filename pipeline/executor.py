@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Protocol
 
 import psycopg
 
@@ -161,7 +161,7 @@ class Limits:
         if (provider, p.max_concurrency) not in self._ensured:
             db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
             self._ensured.add((provider, p.max_concurrency))
-        with conn.transaction() if p.cost_per_call > 0 else _no_savepoint():
+        with conn.transaction() if p.cost_per_call > 0 else nullcontext():
             row = db.one(conn, "provider_slot_and_rate_take", {
                 "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
                 "hold_seconds": p.call_timeout + 30})
@@ -171,11 +171,6 @@ class Limits:
             raise Busy(f"{provider}: all {p.max_concurrency} call slots are in use", retry_after=1.0)
         raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
                    retry_after=float(row["seconds_left"]))
-
-
-@contextmanager
-def _no_savepoint() -> Iterator[None]:
-    yield
 
 
 class ProviderExecutor:

@@ -31,9 +31,9 @@ class Saved:
     content_id: int
     version: int
     created: bool                       # False: an earlier save with the same key answered
-    outbox_ids: tuple[int, ...] | dispatch.Claimed = ()   # rows the caller sends at once (fast path: claimed by
-                                        # the save itself; none for a bulk save, whose rows the dispatcher
-                                        # releases as contents take turns)
+    # the rows the caller sends at once (the fast path; claimed by the save itself with send_at_once); none
+    # for a bulk save, whose rows the dispatcher releases as contents take turns
+    outbox_ids: tuple[int, ...] | dispatch.ClaimedMessages = ()
     superseded: int = 0
     lane: str = lanes.INTERACTIVE
 
@@ -69,7 +69,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/lanes.py.
     `send_at_once`: the caller sends the runnable tasks' messages right after this returns
     (dispatch.send_now), so the save claims them as it writes them (`Saved.outbox_ids` is then a
-    dispatch.Claimed); without a send they wait for the dispatcher until the claim runs out.
+    dispatch.ClaimedMessages); without a send they wait for the dispatcher until the claim runs out.
     Inside a caller's transaction the save commits with it, at the usual durability.
     """
     lane = lanes.parse_priority(lane)
@@ -117,7 +117,8 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
         raise _refusal(conn, exc, cfg, len(plan), lane) from None
     if queued is not None and lane == lanes.INTERACTIVE:
         rows = tuple(queued.fetchall())
-        saved = replace(saved, outbox_ids=dispatch.Claimed(claim, rows) if claim else tuple(r["id"] for r in rows))
+        sent = dispatch.ClaimedMessages(claim, rows) if claim else tuple(row["id"] for row in rows)
+        saved = replace(saved, outbox_ids=sent)
     return saved
 
 

@@ -82,7 +82,7 @@ def test_a_save_that_is_sent_at_once_claims_its_messages_as_it_writes_them(conn,
     short = make_settings(database_url, redis_url, tmp_path, DISPATCH_CLAIM_SECONDS="0.5")
     sent = versions.save(conn, draft(2), short, actor="editor", send_at_once=True)
     unsent = versions.save(conn, draft(1, prefix="unsent"), short, actor="editor", send_at_once=True)
-    assert isinstance(sent.outbox_ids, dispatch.Claimed) and len(sent.outbox_ids) == 4
+    assert isinstance(sent.outbox_ids, dispatch.ClaimedMessages) and len(sent.outbox_ids) == 4
     # while the saves' claims hold, the dispatcher leaves their rows alone
     assert send(conn, client) == 0
     # the caller sends its rows under the save's own claim: no claim of their own, one attempt each
