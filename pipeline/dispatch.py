@@ -44,12 +44,9 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
     Redis for RESULT_TTL seconds: with 0, RQ deletes it at once, which costs the worker several extra
     round trips and a scan of the job's whole queue per job (docs/performance.md).
     """
-    rows = list(rows)
-    if not rows:
+    by_queue = _by_queue(rows)
+    if not by_queue:
         return
-    by_queue: dict[str, list[dict]] = {}
-    for row in rows:
-        by_queue.setdefault(queue_name(row["queue"], row.get("lane") or INTERACTIVE), []).append(row)
     with conn_redis.pipeline() as pipe:
         for name, group in by_queue.items():
             Queue(name, connection=conn_redis).enqueue_many([
@@ -58,6 +55,14 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
                                    description=f"task {row['task_id']}")
                 for row in group], pipeline=pipe)
         pipe.execute()
+
+
+def _by_queue(rows: Iterable[dict]) -> dict[str, list[dict]]:
+    """Outbox rows by the RQ queue they go to: their kind's queue in their lane (none: interactive)."""
+    by_queue: dict[str, list[dict]] = {}
+    for row in rows:
+        by_queue.setdefault(queue_name(row["queue"], row.get("lane") or INTERACTIVE), []).append(row)
+    return by_queue
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ def _send(conn: psycopg.Connection, conn_redis: redis.Redis, claim_query: str, p
 
 
 def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[dict], token: uuid.UUID) -> int:
-    """Enqueue rows held under the claim `token`, then mark them sent where the claim still holds."""
+    """Enqueue rows held under the claim `token`, then mark them sent where the claim still holds (one statement
+    that commits on its own: `conn` is in autocommit mode, as every sender's connection is)."""
     if not rows:
         return 0
     try:
@@ -96,9 +102,7 @@ def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[d
         log("dispatch_failed", outbox_ids=[r["id"] for r in rows], error=exc.__class__.__name__,
             most_attempts=max(r["send_attempts"] for r in rows), stuck=stuck or None)
         raise
-    with conn.transaction(), conn.pipeline():
-        db.execute(conn, "outbox_commit_async")
-        sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
+    sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
     for row in rows:
         log("dispatched", task_id=row["task_id"], outbox_id=row["id"],
             queue=queue_name(row["queue"], row["lane"]), rq_job_id=f"task-{row['task_id']}-{row['id']}")

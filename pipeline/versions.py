@@ -127,49 +127,43 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
               flush_later: bool = True) -> tuple[Saved, psycopg.Cursor]:
     """Write the version; its last statements and the admission are only queued (the caller's pipeline sends
     them with the COMMIT). Returns the version and its outbox rows, to read after the COMMIT."""
-    fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme}
+    fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme,
+              "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest, "saved_by": actor,
+              "deadline_seconds": cfg.deadline_seconds, "save_key": save_key,
+              "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane}
     if content_id is None:
-        row = db.one(conn, "contents_insert", fields)
+        version = db.one(conn, "versions_insert_new", fields)
     else:
-        row = db.one(conn, "contents_bump_version", {**fields, "content_id": content_id,
-                                                     "base_version": base_version})
-        if row is None:
+        version = db.one(conn, "versions_insert_next", {**fields, "content_id": content_id,
+                                                        "base_version": base_version})
+        if version is None:
             current = db.one(conn, "contents_get", {"content_id": content_id})
             if current is None:
                 raise NotFound(f"content {content_id} does not exist")
             raise Conflict(f"base_version {base_version} is not the latest version ({current['current_version']}); "
                            "reload the content and apply your edit to the latest version",
                            code="stale_base_version", details={"current_version": current["current_version"]})
-    content_id, number = row["id"], row["current_version"]
-    version = db.one(conn, "versions_insert", {
-        **fields, "content_id": content_id, "version": number, "blocks": Jsonb([b.as_dict() for b in draft.blocks]),
-        "digest": draft.digest, "saved_by": actor, "deadline_seconds": cfg.deadline_seconds,
-        "save_key": save_key, "save_digest": request_digest if save_key else None, "saved_by_key": key_id,
-        "lane": lane})
+    content_id, number = version["content_id"], version["version"]
     superseded = [] if number == 1 else tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
                                                               reason=f"superseded by version {number}")
-    ids, stamped_plan = _insert_tasks(conn, plan, content_id, number, version, cfg)
-    deps = [(ids[task.ref], ids[dep]) for task in stamped_plan for dep in task.depends_on]
-    if deps:
-        db.execute(conn, "task_deps_insert_many", {"task_ids": [d[0] for d in deps],
-                                                   "depends_on": [d[1] for d in deps]})
-    queued = db.execute(conn, "outbox_add_many", {
-        "task_ids": [ids[task.ref] for task in stamped_plan if not task.depends_on], "lane": version["lane"],
-        "available_at": version["saved_at"], "claim_token": claim, "claim_seconds": cfg.dispatch_claim_seconds})
+    queued = _insert_tasks(conn, plan, content_id, number, version, cfg, claim)
     _admit(conn, cfg, len(plan), lane, key_id, flush_later=flush_later)
     return Saved(content_id, number, created=True, superseded=len(superseded), lane=lane), queued
 
 
-def _insert_tasks(conn, plan, content_id: int, number: int, version: dict,
-                  cfg: Settings) -> tuple[dict[str, int], list]:
-    """The version's tasks in one statement; their ids by reference, and the plan stamped with the version."""
+def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: Settings,
+                  claim: uuid.UUID | None) -> psycopg.Cursor:
+    """The version's tasks, their dependencies and the messages of those that depend on nothing, in one statement
+    (queued: read the messages' rows after the COMMIT)."""
     plan = [stamped(task, content_id, number) for task in plan]
-    rows = db.all(conn, "tasks_insert_many", {
+    deps = [(task.ref, dep) for task in plan for dep in task.depends_on]
+    return db.execute(conn, "tasks_insert_version", {
         "content_id": content_id, "version": number, "max_attempts": cfg.max_attempts,
         "deadline_at": version["deadline_at"], "kinds": [task.kind.value for task in plan],
         "block_keys": [task.block_key for task in plan], "inputs": Jsonb([task.input for task in plan]),
-        "fingerprints": [task.fingerprint for task in plan]})
-    return {f"{row['kind']}:{row['block_key'] or ''}": row["id"] for row in rows}, plan
+        "fingerprints": [task.fingerprint for task in plan], "dep_refs": [d[0] for d in deps],
+        "dep_on_refs": [d[1] for d in deps], "lane": version["lane"], "available_at": version["saved_at"],
+        "claim_token": claim, "claim_seconds": cfg.dispatch_claim_seconds})
 
 
 def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
@@ -193,11 +187,10 @@ def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, key_
     does not wait for its WAL flush, so the locks go at once; the caller runs `admission_flush` after the
     commit, before acknowledging.
     """
-    if flush_later:
-        db.execute(conn, "admission_commit_async")
     db.execute(conn, "admission_admit", {
         "adding": adding, "pending_limit": lanes.admission_limit(cfg, lane), "key_id": key_id,
-        "key_pending_limit": cfg.key_max_pending_tasks, "key_saves_limit": cfg.key_saves_per_minute})
+        "key_pending_limit": cfg.key_max_pending_tasks, "key_saves_limit": cfg.key_saves_per_minute,
+        "commit_async": flush_later})
 
 
 REFUSALS = {"MPA01", "MPK01", "MPK02"}   # the SQLSTATEs admit_save refuses with

@@ -1,16 +1,5 @@
 -- Contents and their immutable versions, and the admission of a save (pipeline/versions.py, review.py).
 
--- contents_insert: a new content item, at version 1
-INSERT INTO contents (title, locale, theme, current_version)
-VALUES (%(title)s, %(locale)s, %(theme)s, 1)
-RETURNING id, current_version;
-
--- contents_bump_version: move to the next version only if the editor saw the latest one (optimistic lock)
-UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
-       theme = %(theme)s, updated_at = now()
-WHERE id = %(content_id)s AND current_version = %(base_version)s
-RETURNING id, current_version;
-
 -- contents_get: one content item
 SELECT * FROM contents WHERE id = %(content_id)s;
 
@@ -34,12 +23,34 @@ RETURNING v.content_id, v.version, v.approved_at, v.approved_by;
 -- versions_by_save_key: the version an earlier save with this Idempotency-Key created
 SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
 
--- versions_insert: the immutable snapshot of a save
+-- versions_insert_new: a new content item at version 1 and its immutable snapshot, in one statement
+WITH content AS (
+    INSERT INTO contents (title, locale, theme, current_version)
+    VALUES (%(title)s, %(locale)s, %(theme)s, 1)
+    RETURNING id, current_version
+)
 INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
                       save_key, save_digest, saved_by_key, lane)
-VALUES (%(content_id)s, %(version)s, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
-        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
-        %(lane)s)
+SELECT content.id, content.current_version, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
+       now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
+       %(lane)s
+FROM content
+RETURNING *;
+
+-- versions_insert_next: the next version's immutable snapshot, only if the editor saw the latest one (an optimistic
+-- lock on the content's current version); no row when `base_version` is not the latest (or the content is unknown)
+WITH content AS (
+    UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
+           theme = %(theme)s, updated_at = now()
+    WHERE id = %(content_id)s AND current_version = %(base_version)s
+    RETURNING id, current_version
+)
+INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
+                      save_key, save_digest, saved_by_key, lane)
+SELECT content.id, content.current_version, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
+       now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
+       %(lane)s
+FROM content
 RETURNING *;
 
 -- versions_get: one version
@@ -50,17 +61,16 @@ UPDATE versions SET cancel_requested_at = now(), cancel_requested_by = %(actor)s
 WHERE content_id = %(content_id)s AND version = %(version)s AND cancel_requested_at IS NULL
 RETURNING *;
 
--- admission_commit_async: this transaction's commit does not wait for its WAL flush, so the admission locks
--- it holds are released as soon as it is visible; admission_flush makes it durable afterwards
-SET LOCAL synchronous_commit TO off;
-
 -- admission_flush: flush the WAL up to now, so an asynchronously committed save is durable before it is
 -- acknowledged (a non-transactional message with flush: no transaction id, no lock)
 SELECT pg_logical_emit_message(false, 'mediapipe', 'admitted', true) AS flushed_to;
 
--- admission_admit: admit this transaction's new tasks or refuse (admit_save, schema/0010_admission.sql)
+-- admission_admit: admit this transaction's new tasks or refuse (admit_save, schema/0010_admission.sql); with
+-- `commit_async` the transaction's commit does not wait for its WAL flush, so the admission locks it holds are
+-- released as soon as it is visible, and admission_flush makes it durable afterwards
 SELECT admit_save(%(adding)s::integer, %(pending_limit)s::integer, %(key_id)s::bigint, %(key_pending_limit)s::integer,
-                  %(key_saves_limit)s::integer) AS pending;
+                  %(key_saves_limit)s::integer) AS pending,
+       CASE WHEN %(commit_async)s::boolean THEN set_config('synchronous_commit', 'off', true) END AS commit_mode;
 
 -- admission_fold_counts: fold the pending-count rows of database backends that have ended into shard 0 (each sum
 -- stays as it was; a backend that starts again under a reused process id just adds to its row anew)

@@ -8,18 +8,6 @@ WHERE t.id = %(task_id)s
 ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 
--- outbox_add_many: messages for a new version's runnable tasks, in one statement, in the given lane; with a
--- `claim_token` they are claimed by the writing transaction itself (the fast path sends them after its commit)
-INSERT INTO outbox (task_id, queue, lane, available_at, claim_token, claim_until, send_attempts)
-SELECT t.id, t.kind, %(lane)s::lane, %(available_at)s::timestamptz, %(claim_token)s::uuid,
-       CASE WHEN %(claim_token)s::uuid IS NOT NULL THEN now() + make_interval(secs => %(claim_seconds)s) END,
-       CASE WHEN %(claim_token)s::uuid IS NOT NULL THEN 1 ELSE 0 END
-FROM tasks t
-WHERE t.id = ANY(%(task_ids)s::bigint[])
-ORDER BY t.id
-ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id, task_id, queue, lane, send_attempts;
-
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded
 INSERT INTO outbox (task_id, queue, lane, available_at)
 SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
@@ -114,12 +102,14 @@ FROM (
 WHERE o.id = picked.id AND o.sent_at IS NULL AND (o.claim_until IS NULL OR o.claim_until < now())
 RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;
 
--- outbox_commit_async: a claim or a sent mark does not wait for its WAL flush; lost in a crash, it only makes
--- the row be sent again, and a duplicate message claims nothing
+-- outbox_commit_async: a claim does not wait for its WAL flush; lost in a crash, it only makes the row be sent
+-- again, and a duplicate message claims nothing
 SET LOCAL synchronous_commit TO off;
 
--- outbox_mark_sent: record the enqueue, only for rows this claim still holds
--- (it must not touch the task row: a worker claiming that task right now skips locked rows)
+-- outbox_mark_sent: record the enqueue, only for rows this claim still holds (it must not touch the task row: a
+-- worker claiming that task right now skips locked rows); a statement of its own (autocommit) whose commit does not
+-- wait for its WAL flush: a mark lost in a crash only makes the rows be sent again
 UPDATE outbox SET sent_at = now(), rq_job_id = 'task-' || task_id || '-' || id
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode
 WHERE id = ANY(%(ids)s) AND claim_token = %(claim_token)s AND sent_at IS NULL
 RETURNING id;

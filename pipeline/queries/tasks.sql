@@ -1,18 +1,31 @@
 -- Tasks, their dependencies and dead letters: every state change of a task is one query here.
 
--- tasks_insert_many: a new version's tasks in one statement (parallel arrays); each id with its kind and block
-INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
-SELECT %(content_id)s, %(version)s, x.kind::task_kind, x.block_key, i.input, x.fingerprint, %(max_attempts)s,
-       %(deadline_at)s
-FROM unnest(%(kinds)s::text[], %(block_keys)s::text[], %(fingerprints)s::text[])
-     WITH ORDINALITY AS x(kind, block_key, fingerprint, n)
-JOIN jsonb_array_elements(%(inputs)s::jsonb) WITH ORDINALITY AS i(input, n) ON i.n = x.n
-ORDER BY x.n
-RETURNING id, kind::text AS kind, block_key;
-
--- task_deps_insert_many: task_ids[i] may run only after depends_on[i] succeeded, in one statement
-INSERT INTO task_deps (task_id, depends_on)
-SELECT * FROM unnest(%(task_ids)s::bigint[], %(depends_on)s::bigint[]);
+-- tasks_insert_version: a new version's tasks (parallel arrays), their dependencies (the task `dep_refs[i]` may
+-- run only after `dep_on_refs[i]` succeeded; a task's ref is "<kind>:<block key>") and a message for each task
+-- that depends on nothing, in one statement; the messages' outbox rows. With a `claim_token` the messages are
+-- claimed by the writing transaction itself (the fast path sends them after its commit).
+WITH added AS (
+    INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
+    SELECT %(content_id)s, %(version)s, x.kind::task_kind, x.block_key, i.input, x.fingerprint, %(max_attempts)s,
+           %(deadline_at)s
+    FROM unnest(%(kinds)s::text[], %(block_keys)s::text[], %(fingerprints)s::text[])
+         WITH ORDINALITY AS x(kind, block_key, fingerprint, n)
+    JOIN jsonb_array_elements(%(inputs)s::jsonb) WITH ORDINALITY AS i(input, n) ON i.n = x.n
+    ORDER BY x.n
+    RETURNING id, kind, kind::text || ':' || coalesce(block_key, '') AS ref
+), deps AS (
+    INSERT INTO task_deps (task_id, depends_on)
+    SELECT t.id, d.id FROM unnest(%(dep_refs)s::text[], %(dep_on_refs)s::text[]) AS x(ref, on_ref)
+    JOIN added t ON t.ref = x.ref JOIN added d ON d.ref = x.on_ref
+)
+INSERT INTO outbox (task_id, queue, lane, available_at, claim_token, claim_until, send_attempts)
+SELECT t.id, t.kind, %(lane)s::lane, %(available_at)s::timestamptz, %(claim_token)s::uuid,
+       CASE WHEN %(claim_token)s::uuid IS NOT NULL THEN now() + make_interval(secs => %(claim_seconds)s) END,
+       CASE WHEN %(claim_token)s::uuid IS NOT NULL THEN 1 ELSE 0 END
+FROM added t
+WHERE t.ref <> ALL(%(dep_refs)s::text[])
+ORDER BY t.id
+RETURNING id, task_id, queue, lane, send_attempts;
 
 -- tasks_get: one task
 SELECT * FROM tasks WHERE id = %(task_id)s;
