@@ -103,9 +103,8 @@ def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[d
             most_attempts=max(r["send_attempts"] for r in rows), stuck=stuck or None)
         raise
     sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
-    for row in rows:
-        log("dispatched", task_id=row["task_id"], outbox_id=row["id"],
-            queue=queue_name(row["queue"], row["lane"]), rq_job_id=f"task-{row['task_id']}-{row['id']}")
+    for name, group in _by_queue(rows).items():   # one line per queue; each job's id is task-<task id>-<outbox id>
+        log("dispatched", queue=name, task_ids=[r["task_id"] for r in group], outbox_ids=[r["id"] for r in group])
     return len(sent)
 
 
