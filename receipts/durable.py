@@ -17,6 +17,8 @@ def fsync_dir(path: Path) -> None:
 
 def make_dirs(folder: Path) -> None:
     """Create `folder` and its missing parents durably: each new entry is fsynced into its parent."""
+    if folder.is_dir():   # the usual case: one stat, not one per parent
+        return
     missing = [d for d in [folder, *folder.parents] if not d.exists()]
     if not missing:
         return
