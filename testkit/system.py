@@ -154,10 +154,36 @@ class System:
             return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                 "AND datname = current_database()").fetchone()["n"]
 
+    def sessions_of(self, proc: subprocess.Popen) -> list[int]:
+        """The database sessions (backend pids) a live process of ours has open, found by its TCP ports."""
+        ports = client_ports(proc.pid)
+        with self.db() as conn:
+            return [r["pid"] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)",
+                                                   (sorted(ports),)).fetchall()]
+
     def waiting_on_lock(self, timeout: float = 20, sessions: int = 1) -> None:
         """Until `sessions` other sessions wait on a lock (a worker we blocked on purpose)."""
         wait_until(lambda: self.sessions_waiting_on_locks() >= sessions, timeout=timeout,
                    message=f"{sessions} session(s) waiting on a lock")
+
+
+def client_ports(pid: int) -> set[int]:
+    """The local TCP ports of a process's sockets (its sockets' inodes, looked up in the kernel's tables)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:   # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def kill(proc: subprocess.Popen) -> None:

@@ -71,7 +71,14 @@ def test_a_crash_after_enqueue_before_marking_sent_is_a_duplicate_message_run_on
         stack.system.waiting_on_lock()
         wait_until(lambda: all(stack.system.task(r["id"])["status"] == "succeeded" for r in rows[:2]),
                    message="the enqueued messages run")
+        # the mark is one autocommit statement, sent with its commit: the dispatcher's session is ended too (as a
+        # lost machine would end it), so that the mark never commits
+        sessions = stack.system.sessions_of(doomed)
         kill(doomed)
+        with stack.system.db() as conn:
+            ended = conn.execute("SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity "
+                                 "WHERE pid = ANY(%s) AND wait_event = 'advisory'", (sessions,)).fetchall()
+        assert [r["ended"] for r in ended] == [True]
     with stack.system.db() as conn:
         conn.execute("DROP TRIGGER hold_mark ON outbox")
         marked = conn.execute("SELECT count(*) AS n FROM outbox WHERE sent_at IS NOT NULL AND task_id = ANY(%s)",
