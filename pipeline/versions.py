@@ -3,8 +3,8 @@ the runnable ones and supersedes older versions' unfinished work. Also cancel.
 
 Nothing is written when a save is refused (stale base, capacity, a key's own limits, bad input).
 Admission is exact and saves do not queue behind each other: the server takes the admission locks,
-counts and refuses in one call sent with the COMMIT (an asynchronous one), so the locks are never held
-while a client is waited for; the save is then made durable (`admission_flush`, in the same round
+counts and refuses in one call sent right before the COMMIT (an asynchronous one), so the locks are held
+while the server runs the two, not across a round trip to the client; the save is then made durable (`admission_flush`, in the same round
 trip) before anyone is told it was accepted (docs/decisions.md).
 """
 
@@ -92,7 +92,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     claim = uuid.uuid4() if send_at_once and lane == lanes.INTERACTIVE else None
     try:
         # One pipeline: the end of the save, the admission call, the COMMIT and the flush after it travel in one
-        # round trip, so the admission locks are held only while the server runs them (admit).
+        # round trip, so the admission locks are not held across a round trip to us (admit).
         with conn.pipeline():
             with conn.transaction():
                 saved = _earlier_save(conn, save_key, request_digest)
