@@ -179,16 +179,36 @@ def durable_write_rate(directory: Path, seconds: float = 2.0) -> float:
     return n / (time.monotonic() - start)
 
 
+def syscall_cpu(directory: Path, n: int = 300) -> tuple[float, float]:
+    """CPU ms of this process to create one empty file (open with O_CREAT, close, unlink) and to stat one:
+    what the machine charges for the system calls a durable write is made of."""
+    directory.mkdir(parents=True, exist_ok=True)
+    started = time.process_time()
+    for i in range(n):
+        path = directory / f"create-{i}"
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.unlink(path)
+    create = (time.process_time() - started) * 1000 / n
+    started = time.process_time()
+    for _ in range(n):
+        os.stat(directory)
+    return create, (time.process_time() - started) * 1000 / n
+
+
 def print_limits(stack: Stack, seconds: float = 5.0) -> dict[str, float]:
-    """The commit rate of this PostgreSQL from 1 and 4 connections, and the durable file write rate."""
+    """The commit rate of this PostgreSQL from 1 and 4 connections, the durable file write rate, and the CPU
+    cost of the system calls that write is made of."""
     one, how = commit_rate(stack, 1, seconds)
     four, _ = commit_rate(stack, 4, seconds)
     files = durable_write_rate(stack.base / "probe")
-    say(table(["physical limit (same run)", "per second", "measured with"],
-              [["PostgreSQL single-row INSERT commits, 1 connection", one, how],
-               ["PostgreSQL single-row INSERT commits, 4 connections", four, how],
-               ["durable file writes (write_atomic: 2 fsyncs each)", files, "receipts.durable"]]))
-    return {"commits_1": one, "commits_4": four, "file_writes": files}
+    create, stat = syscall_cpu(stack.base / "probe-syscalls")
+    say(table(["physical limit (same run)", "value", "measured with"],
+              [["PostgreSQL single-row INSERT commits per second, 1 connection", one, how],
+               ["PostgreSQL single-row INSERT commits per second, 4 connections", four, how],
+               ["durable file writes per second (write_atomic: 2 fsyncs each)", files, "receipts.durable"],
+               ["CPU ms to create (and remove) one empty file", create, "os.open, os.unlink"],
+               ["CPU ms of one stat", stat, "os.stat"]], digits=3))
+    return {"commits_1": one, "commits_4": four, "file_writes": files, "create_ms": create, "stat_ms": stat}
 
 
 # -- statements ----------------------------------------------------------------------------------------
