@@ -296,6 +296,13 @@ def servers(*, statements: bool = False, keep: bool = False) -> Iterator[Stack]:
 
 # -- content ---------------------------------------------------------------------------------------
 
+def editor_token(stack: Stack) -> str:
+    """A new editor's API key on the bench database, for the benchmark's own requests."""
+    from pipeline import keys
+    with stack.db() as conn:
+        return keys.create(conn, "bench@example.com", "editor")[1]
+
+
 def lesson(blocks: int, tag: str) -> dict:
     """A lesson whose every block text is unique to `tag` (so no asset is reused from an earlier lesson)."""
     return {"title": f"基准 {tag}", "locale": "zh-CN",

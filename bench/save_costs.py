@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import lesson, median, print_machine, quiet_logs, run_main, say, servers, table  # noqa: E402
+from bench.common import (editor_token, lesson, median, print_machine, quiet_logs, run_main, say,  # noqa: E402
+                          servers, table)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -73,9 +74,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     with servers() as stack:
         print_machine(stack)
-        from pipeline import keys
-        with stack.db() as conn:
-            _, token = keys.create(conn, "bench@example.com", "editor")
+        token = editor_token(stack)
         os.environ.update(stack.env(MAX_PENDING_TASKS="10000000"))
         import bench.naive_web
         from web import create_app

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, free_port, lesson, median, percentile, print_machine,  # noqa: E402
+from bench.common import (Stack, draft, editor_token, free_port, lesson, median, percentile, print_machine,  # noqa: E402
                           quiet_logs, run_main, say, servers, table)
 
 
@@ -192,9 +192,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     with servers() as stack:
         print_machine(stack)
-        from pipeline import keys
-        with stack.db() as conn:
-            _, token = keys.create(conn, "bench@example.com", "editor")
+        token = editor_token(stack)
         env = stack.env(MAX_PENDING_TASKS="10000000")
         ours_port = start_gunicorn(stack, "web:create_app()", "gunicorn-ours", env)
         plain_port = start_gunicorn(stack, "bench.naive_web:create_app()", "gunicorn-plain", env)

@@ -127,22 +127,18 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
               flush_later: bool = True) -> tuple[Saved, psycopg.Cursor]:
     """Write the version; its last statements and the admission are only queued (the caller's pipeline sends
     them with the COMMIT). Returns the version and its outbox rows, to read after the COMMIT."""
-    fields = {"title": draft.title, "locale": draft.locale, "theme": draft.theme,
-              "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest, "saved_by": actor,
-              "deadline_seconds": cfg.deadline_seconds, "save_key": save_key,
-              "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane}
-    if content_id is None:
-        version = db.one(conn, "versions_insert_new", fields)
-    else:
-        version = db.one(conn, "versions_insert_next", {**fields, "content_id": content_id,
-                                                        "base_version": base_version})
-        if version is None:
-            current = db.one(conn, "contents_get", {"content_id": content_id})
-            if current is None:
-                raise NotFound(f"content {content_id} does not exist")
-            raise Conflict(f"base_version {base_version} is not the latest version ({current['current_version']}); "
-                           "reload the content and apply your edit to the latest version",
-                           code="stale_base_version", details={"current_version": current["current_version"]})
+    version = db.one(conn, "versions_insert", {
+        "content_id": content_id, "base_version": base_version, "title": draft.title, "locale": draft.locale,
+        "theme": draft.theme, "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest,
+        "saved_by": actor, "deadline_seconds": cfg.deadline_seconds, "save_key": save_key,
+        "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane})
+    if version is None:
+        current = db.one(conn, "contents_get", {"content_id": content_id})
+        if current is None:
+            raise NotFound(f"content {content_id} does not exist")
+        raise Conflict(f"base_version {base_version} is not the latest version ({current['current_version']}); "
+                       "reload the content and apply your edit to the latest version",
+                       code="stale_base_version", details={"current_version": current["current_version"]})
     content_id, number = version["content_id"], version["version"]
     superseded = [] if number == 1 else tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
                                                               reason=f"superseded by version {number}")

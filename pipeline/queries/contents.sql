@@ -23,27 +23,20 @@ RETURNING v.content_id, v.version, v.approved_at, v.approved_by;
 -- versions_by_save_key: the version an earlier save with this Idempotency-Key created
 SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
 
--- versions_insert_new: a new content item at version 1 and its immutable snapshot, in one statement
-WITH content AS (
-    INSERT INTO contents (title, locale, theme, current_version)
-    VALUES (%(title)s, %(locale)s, %(theme)s, 1)
-    RETURNING id, current_version
-)
-INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
-                      save_key, save_digest, saved_by_key, lane)
-SELECT content.id, content.current_version, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
-       now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
-       %(lane)s
-FROM content
-RETURNING *;
-
--- versions_insert_next: the next version's immutable snapshot, only if the editor saw the latest one (an optimistic
--- lock on the content's current version); no row when `base_version` is not the latest (or the content is unknown)
-WITH content AS (
+-- versions_insert: a save's immutable snapshot and its content's version number, in one statement: a new content
+-- item at version 1 (no `content_id`), or the next version only if the editor saw the latest one (an optimistic lock
+-- on the content's current version; no row when `base_version` is not the latest or the content is unknown)
+WITH bumped AS (
     UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
            theme = %(theme)s, updated_at = now()
     WHERE id = %(content_id)s AND current_version = %(base_version)s
     RETURNING id, current_version
+), created AS (
+    INSERT INTO contents (title, locale, theme, current_version)
+    SELECT %(title)s, %(locale)s, %(theme)s, 1 WHERE %(content_id)s::bigint IS NULL
+    RETURNING id, current_version
+), content AS (
+    SELECT id, current_version FROM bumped UNION ALL SELECT id, current_version FROM created
 )
 INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
                       save_key, save_digest, saved_by_key, lane)
