@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, editor_token, free_port, lesson, median, percentile, print_machine,  # noqa: E402
-                          quiet_logs, run_main, say, servers, table)
+from bench.common import (Stack, draft, editor_token, free_port, lesson, median, percentile,  # noqa: E402
+                          print_machine, quiet_logs, run_main, say, servers, table)
 
 
 def start_gunicorn(stack: Stack, app: str, name: str, env: dict[str, str]) -> int:

@@ -4,8 +4,8 @@ the runnable ones and supersedes older versions' unfinished work. Also cancel.
 Nothing is written when a save is refused (stale base, capacity, a key's own limits, bad input).
 Admission is exact and saves do not queue behind each other: the server takes the admission locks,
 counts and refuses in one call sent right before the COMMIT (an asynchronous one), so the locks are held
-while the server runs the two, not across a round trip to the client; the save is then made durable (`admission_flush`, in the same round
-trip) before anyone is told it was accepted (docs/decisions.md).
+while the server runs the two, not across a round trip to the client; the save is then made durable
+(`admission_flush`, in the same round trip) before anyone is told it was accepted (docs/decisions.md).
 """
 
 from __future__ import annotations

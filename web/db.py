@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 
 import psycopg
 import redis
@@ -40,35 +41,44 @@ def get_conn(wait: float = POOL_WAIT_SECONDS) -> psycopg.Connection:
     return g.conn
 
 
+@dataclass(frozen=True)
+class _ProcessPool:
+    """A pool and the process that opened it: a forked child never uses its parent's connections."""
+
+    pid: int
+    pool: ConnectionPool
+
+
+def _own_pool(app: Flask) -> ConnectionPool | None:
+    """The app's pool if this process opened it."""
+    found = app.extensions.get("pg_pool")
+    return found.pool if found is not None and found.pid == os.getpid() else None
+
+
 def _pool() -> ConnectionPool:
     """This process's pool, made on first use: after gunicorn forks its workers, so none shares one."""
-    pool = current_app.extensions.get("pg_pool")
-    if pool is not None and pool.pid == os.getpid():
-        return pool.pool
+    pool = _own_pool(current_app)
+    if pool is not None:
+        return pool
     with _POOL_LOCK:
-        pool = current_app.extensions.get("pg_pool")
-        if pool is None or pool.pid != os.getpid():
+        pool = _own_pool(current_app)
+        if pool is None:
             url = settings().database_url
             if not url:
                 raise psycopg.OperationalError("DATABASE_URL is not set")
-            pool = current_app.extensions["pg_pool"] = _ProcessPool(os.getpid(), ConnectionPool(
-                url, kwargs=connect_args(autocommit=True, options=session_options(settings())), min_size=1,
-                max_size=POOL_SIZE, timeout=POOL_WAIT_SECONDS, check=ConnectionPool.check_connection,
-                name="web", open=True))
-    return pool.pool
-
-
-class _ProcessPool:
-    def __init__(self, pid: int, pool: ConnectionPool) -> None:
-        self.pid = pid
-        self.pool = pool
+            pool = ConnectionPool(url, kwargs=connect_args(autocommit=True, options=session_options(settings())),
+                                  min_size=1, max_size=POOL_SIZE, timeout=POOL_WAIT_SECONDS,
+                                  check=ConnectionPool.check_connection, name="web", open=True)
+            current_app.extensions["pg_pool"] = _ProcessPool(os.getpid(), pool)
+    return pool
 
 
 def close_pool(app: Flask) -> None:
     """Close the app's connections (tests that drop their database; a process that stops)."""
-    pool = app.extensions.pop("pg_pool", None)
-    if pool is not None and pool.pid == os.getpid():
-        pool.pool.close()
+    pool = _own_pool(app)
+    app.extensions.pop("pg_pool", None)
+    if pool is not None:
+        pool.close()
 
 
 def get_redis() -> redis.Redis | None:
@@ -83,9 +93,9 @@ def get_redis() -> redis.Redis | None:
 def give_back_conn(exc: BaseException | None = None) -> None:
     conn = g.pop("conn", None)
     if conn is not None:
-        pool = current_app.extensions.get("pg_pool")
-        if pool is not None and pool.pid == os.getpid():
-            pool.pool.putconn(conn)
+        pool = _own_pool(current_app)
+        if pool is not None:
+            pool.putconn(conn)
         else:
             conn.close()
 

@@ -68,7 +68,8 @@ SELECT admit_save(%(adding)s::integer, %(pending_limit)s::integer, %(key_id)s::b
 -- admission_fold_counts: fold the pending-count rows of database backends that have ended into shard 0 (each sum
 -- stays as it was; a backend that starts again under a reused process id just adds to its row anew)
 WITH gone AS (
-    DELETE FROM pending_counts p WHERE shard <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = p.shard)
+    DELETE FROM pending_counts p
+    WHERE shard <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = p.shard)
     RETURNING key_id, n
 )
 INSERT INTO pending_counts (key_id, shard, n)

@@ -20,7 +20,8 @@ def machine_for(conn, cfg):
         def __init__(self):
             super().__init__()
             conn.execute("TRUNCATE contents, versions, tasks, task_deps, outbox, events, dead_letters, assets, "
-                         "asset_inputs, provider_calls, reconcile_runs, input_calls, pending_counts RESTART IDENTITY CASCADE")
+                         "asset_inputs, provider_calls, reconcile_runs, input_calls, pending_counts "
+                         "RESTART IDENTITY CASCADE")
             self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
             self.version = 1
             self.holders: list[tasks.Task] = []

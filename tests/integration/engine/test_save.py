@@ -119,7 +119,8 @@ def test_concurrent_saves_never_exceed_capacity(database_url, redis_url, tmp_pat
     with ThreadPoolExecutor(10) as pool:
         accepted = sum(pool.map(save, range(10)))
     with connect(database_url) as c:
-        pending = c.execute("SELECT count(*) AS n FROM tasks WHERE status IN ('ready', 'running', 'retry')").fetchone()["n"]
+        pending = c.execute("SELECT count(*) AS n FROM tasks WHERE status IN ('ready', 'running', 'retry')"
+                            ).fetchone()["n"]
     assert accepted == 7 and pending == 21
 
 
