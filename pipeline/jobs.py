@@ -1,8 +1,8 @@
 """The RQ job: `run_task(task_id)` does one attempt of one task, fenced by its lease.
 
 The execution path, from a message to a written outcome: the worker (bin/worker.py)
-runs `run_task`, which claims the task in one transaction (`pipeline.tasks.claim_with_reuse`:
-the claim, the asset its input already has, the input's one paid call and, through the
+runs `run_task`, which claims the task in one transaction (`pipeline.tasks.claim_and_take`:
+the claim, the input's one paid call, the asset its input already has and, through the
 executor's `prepare`, the provider slot, rate token and booking), reuses that asset or hands
 the attempt to the process's executor (`pipeline.executor`, kept by `pipeline.runtime`) under
 an `AttemptContext`, and has `pipeline.tasks` apply the outcome (`succeed`, or `fail_attempt`,
@@ -149,22 +149,17 @@ class Claimed:
 def _claim_once(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claimed | None:
     conn, cfg = rt.conn(), rt.settings
     with conn.pipeline(), conn.transaction():   # BEGIN goes with the claim, COMMIT with the last statement
-        found = tasks.claim_with_reuse(conn, task_id, worker=rt.worker_id, lease_seconds=cfg.lease_seconds,
-                                       rq_job_id=job_id, attempt_seconds=cfg.attempt_ceiling_seconds,
-                                       receipt_store=rt.receipt_store)
+        found = tasks.claim_and_take(conn, task_id, worker=rt.worker_id, lease_seconds=cfg.lease_seconds,
+                                     rq_job_id=job_id, attempt_seconds=cfg.attempt_ceiling_seconds,
+                                     receipt_store=rt.receipt_store)
         if found is None:
             return None
-        claimed = Claimed(*found, settlement=Settlement(found[0]))
-        if claimed.reusable is not None or claimed.task.kind == "bundle":
+        task, reusable, holds_input = found
+        claimed = Claimed(task, reusable, holds_input, settlement=Settlement(task))
+        if claimed.reusable is not None or not claimed.holds_input:   # a bundle holds no input
             return claimed
-        # the input's holder may have stored its asset just before we took the input: look again, after the take
-        # (a statement of its own, so it sees what committed before the take), in the same round trip
-        claimed.holds_input, reusable = tasks.take_input_and_look(conn, claimed.task, cfg.lease_seconds)
-        if not claimed.holds_input:
-            return claimed
-        claimed.reusable = reusable
         prepare = getattr(rt.executor, "prepare", None)
-        if claimed.reusable is None and prepare is not None:
+        if prepare is not None:
             try:
                 prepare(conn, claimed.task, claimed.settlement)
             except (Busy, BudgetReached) as exc:   # nothing was taken; the claim stands and fails below

@@ -62,10 +62,42 @@ def claim_with_reuse(conn: psycopg.Connection, task_id: int, *, worker: str, lea
                      receipt_store: str | None = None) -> tuple[Task, Asset | None] | None:
     """`claim` in the caller's transaction, with the stored asset the task's input already has (None when
     it has none, or for a bundle): the reuse check costs no round trip of its own."""
+    return _claimed(_claim_query(conn, task_id, uuid.uuid4(), worker, lease_seconds, rq_job_id, attempt_seconds,
+                                 receipt_store).fetchone())
+
+
+def claim_and_take(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
+                   rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
+                   receipt_store: str | None = None) -> tuple[Task, Asset | None, bool] | None:
+    """`claim_with_reuse`, and with it the hold on the input's one paid call (`take_input`) and a look at the
+    input's stored asset after that take; the task, that asset (None: none yet) and whether we hold the input.
+
+    In the caller's transaction, and in pipeline mode in one round trip: the take and the look name the task by
+    the lease the claim takes, so they do nothing unless the claim did. The look is a statement of its own, so it
+    sees an asset the input's holder stored just before it let go of the input.
+    """
+    token = uuid.uuid4()
+    claim = _claim_query(conn, task_id, token, worker, lease_seconds, rq_job_id, attempt_seconds, receipt_store)
+    took = db.execute(conn, "input_calls_take", {"task_id": task_id, "lease_token": token,
+                                                 "hold_seconds": lease_seconds})
+    look = db.execute(conn, "asset_inputs_find_of_task", {"task_id": task_id})
+    claimed = _claimed(claim.fetchone())
+    holder, stored = took.fetchone(), look.fetchone()
+    if claimed is None:
+        return None
+    task, reusable = claimed
+    return task, Asset.from_row(stored) if stored else reusable, holder is not None and holder["task_id"] == task.id
+
+
+def _claim_query(conn: psycopg.Connection, task_id: int, token: uuid.UUID, worker: str, lease_seconds: float,
+                 rq_job_id: str | None, attempt_seconds: float, receipt_store: str | None) -> psycopg.Cursor:
     _may((S.READY, S.RETRY), S.RUNNING, "worker")
-    row = db.one(conn, "tasks_claim", {"task_id": task_id, "lease_token": uuid.uuid4(), "worker": worker,
-                                       "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
-                                       "attempt_seconds": attempt_seconds, "receipt_store": receipt_store})
+    return db.execute(conn, "tasks_claim", {"task_id": task_id, "lease_token": token, "worker": worker,
+                                            "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
+                                            "attempt_seconds": attempt_seconds, "receipt_store": receipt_store})
+
+
+def _claimed(row: dict | None) -> tuple[Task, Asset | None] | None:
     if row is None:
         return None
     reusable = None if row["reuse_sha256"] is None else Asset(
@@ -159,22 +191,12 @@ def heartbeat(conn: psycopg.Connection, task: Task, lease_seconds: float) -> Bea
 
 
 def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> bool:
-    """Hold the right to make the one paid call for this task's input; False when another task holds it."""
+    """Hold the right to make the one paid call for this task's input; False when another task holds it, when
+    the input already has a stored asset, or when the task's lease is no longer ours."""
     with conn.transaction():
-        row = db.one(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
-                                                "lease_token": task.lease_token, "hold_seconds": hold_seconds})
+        row = db.one(conn, "input_calls_take", {"task_id": task.id, "lease_token": task.lease_token,
+                                                "hold_seconds": hold_seconds})
     return row is not None and row["task_id"] == task.id
-
-
-def take_input_and_look(conn: psycopg.Connection, task: Task, hold_seconds: float) -> tuple[bool, Asset | None]:
-    """`take_input` in the caller's transaction (the claim's, in pipeline mode), then the stored asset of the
-    input as it stands after the take (its holder may have stored it just before letting go)."""
-    with conn.pipeline():
-        took = db.execute(conn, "input_calls_take", {"fingerprint": task.fingerprint, "task_id": task.id,
-                                                     "lease_token": task.lease_token, "hold_seconds": hold_seconds})
-        found = db.execute(conn, "asset_inputs_find", {"fingerprint": task.fingerprint})
-        row, asset = took.fetchone(), found.fetchone()
-    return row is not None and row["task_id"] == task.id, None if asset is None else Asset.from_row(asset)
 
 
 def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor: str,
@@ -241,8 +263,12 @@ class Seen:
 class Applied:
     status: TaskStatus | None            # where the task went; None when it was not as its mover saw it
     row: dict | None = None
-    unblocked: tuple[int, ...] = ()      # outbox rows of dependents this success made runnable
+    queued: psycopg.Cursor | None = None   # a success's outbox_add_unblocked, sent with the COMMIT
     lost: LeaseLost | None = None        # a worker's success whose lease was lost: raise after the commit
+
+    def unblocked(self) -> list[int]:
+        """The outbox rows of dependents this success made runnable; read once the transaction ended."""
+        return [] if self.queued is None else [row["id"] for row in self.queued.fetchall()]
 
 
 def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str) -> Applied:
@@ -266,16 +292,16 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
         row = _move(conn, seen, outcome, actor)
     if row is None:
         return _not_moved(conn, seen, outcome, actor)
-    unblocked = ()
-    if outcome.to is TaskStatus.SUCCEEDED:
-        unblocked = tuple(r["id"] for r in db.all(conn, "outbox_add_unblocked", {"task_id": seen.task_id}))
+    queued = None
+    if outcome.to is TaskStatus.SUCCEEDED:   # nothing waits for its answer: it travels with the COMMIT
+        queued = db.execute(conn, "outbox_add_unblocked", {"task_id": seen.task_id})
     if outcome.to is TaskStatus.RETRY:
         db.execute(conn, "outbox_add", {"task_id": seen.task_id, "lane": None,   # the version's lane
                                         "available_at": outcome.available_at})
     if outcome.dead_letter:
         db.execute(conn, "dead_letters_insert", {"task_id": seen.task_id, "reason": outcome.dead_letter,
                                                  "last_error": outcome.reason[:2000], "attempts": row["attempts"]})
-    return Applied(outcome.to, row, unblocked)
+    return Applied(outcome.to, row, queued)
 
 
 def _move(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: str) -> dict | None:
@@ -349,7 +375,7 @@ def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, r
     _done(also)
     if applied.lost is not None:
         raise applied.lost
-    return applied.status, list(applied.unblocked)
+    return applied.status, applied.unblocked()
 
 
 def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,

@@ -1,10 +1,15 @@
 -- The spend guard: one paid call in flight per input (input_calls), and budgets per day and content.
 
--- input_calls_take: hold the right to call for this input, unless a live holder has it; returns the holder
--- (a holder is live while its lease is renewed, or while its task is running or unknown: a crashed
--- holder is released only by the reconciler's decision, and an unknown one only by a person's)
+-- input_calls_take: hold the right to call for the input of a media task we hold (under `lease_token`), unless
+-- the input already has a stored asset or a live holder has it; returns the holder (a holder is live while its
+-- lease is renewed, or while its task is running or unknown: a crashed holder is released only by the
+-- reconciler's decision, and an unknown one only by a person's). Matches nothing when the lease is not ours,
+-- so it can travel in one round trip with the claim that takes the lease.
 INSERT INTO input_calls AS i (fingerprint, task_id, lease_token, held_until)
-VALUES (%(fingerprint)s, %(task_id)s, %(lease_token)s, now() + make_interval(secs => %(hold_seconds)s))
+SELECT t.fingerprint, t.id, t.lease_token, now() + make_interval(secs => %(hold_seconds)s)
+FROM tasks t
+WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.kind <> 'bundle'
+  AND NOT EXISTS (SELECT 1 FROM asset_inputs a WHERE a.fingerprint = t.fingerprint)
 ON CONFLICT (fingerprint) DO UPDATE
     SET task_id = excluded.task_id, lease_token = excluded.lease_token, held_until = excluded.held_until,
         since = now()
