@@ -36,25 +36,22 @@ T = TypeVar("T")
 
 class AttemptContext:
     """One attempt of one task: who makes it (the worker, the task, its lease token) and its lease,
-    kept alive by a background heartbeat while the work runs. `check()` says, right before a paid
-    call, whether the attempt may go on."""
+    kept alive while the work runs by the process's heartbeat thread (`runtime.Heartbeats`).
+    `check()` says, right before a paid call, whether the attempt may go on."""
 
     def __init__(self, rt: runtime.Runtime, task: Task, settlement: Settlement | None = None) -> None:
         self.rt, self.task = rt, task
         self.settlement = settlement or Settlement(task)
         self.worker = rt.worker_id
-        self.lost = self.cancel_requested = False
-        self._stop = threading.Event()
+        self.lost = self.cancel_requested = self._told = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"lease-{task.id}", daemon=True)
 
     def __enter__(self) -> "AttemptContext":
-        self._thread.start()
+        self.rt.heartbeats.watch(self, self.rt.settings.heartbeat_seconds)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.rt.heartbeats.forget(self)
 
     def beat(self) -> bool:
         """Extend the lease; False when PostgreSQL could not be asked."""
@@ -70,14 +67,12 @@ class AttemptContext:
         self.cancel_requested = result.cancel_requested
         return True
 
-    def _run(self) -> None:
-        # Beats go on after the lease is lost: a call in flight keeps its input held until it ends.
-        told = False
-        while not self._stop.wait(self.rt.settings.heartbeat_seconds):
-            self.beat()
-            if self.lost and not told:
-                log("lease_lost", task_id=self.task.id, attempt=self.task.attempts, lease_token=self.task.lease_token)
-                told = True
+    def tick(self) -> None:
+        """One heartbeat. Beats go on after the lease is lost: a call in flight keeps its input held until it ends."""
+        self.beat()
+        if self.lost and not self._told:
+            log("lease_lost", task_id=self.task.id, attempt=self.task.attempts, lease_token=self.task.lease_token)
+            self._told = True
 
     def look(self) -> bool:
         """Read the lease (no write); renew it only when it is no fresher than a heartbeat would leave it.

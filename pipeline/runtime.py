@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import psycopg
 import redis
@@ -28,6 +30,66 @@ from pipeline.log import log
 from pipeline.settings import Settings, load, session_options
 
 
+class Beating(Protocol):
+    def tick(self) -> None:
+        """One heartbeat (it handles its own errors)."""
+
+
+class Heartbeats:
+    """One thread per worker process that beats for the attempts in progress, each every `every` seconds from
+    the moment it is watched. A thread of its own per attempt cost its start and its join on every task.
+
+    `forget` returns only once no beat of that attempt is running, so nothing beats for an attempt that ended
+    (its kept lease connection then serves the next attempt alone).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[Beating, tuple[float, float]] = {}   # attempt -> (next beat, interval), monotonic
+        self._beating: Beating | None = None
+        self._thread: threading.Thread | None = None
+
+    def watch(self, attempt: Beating, every: float) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+                self._thread.start()
+            self._due[attempt] = (time.monotonic() + every, every)
+            self._cond.notify_all()
+
+    def forget(self, attempt: Beating) -> None:
+        with self._cond:
+            self._due.pop(attempt, None)
+            while self._beating is attempt:
+                self._cond.wait()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                attempt = self._beating = self._next_due()
+            try:
+                attempt.tick()
+            finally:
+                with self._cond:
+                    self._beating = None
+                    if attempt in self._due:
+                        every = self._due[attempt][1]
+                        self._due[attempt] = (time.monotonic() + every, every)
+                    self._cond.notify_all()
+
+    def _next_due(self) -> Beating:
+        """Wait (holding the condition) for the first attempt whose beat is due."""
+        while True:
+            if not self._due:
+                self._cond.wait()
+                continue
+            attempt, (due, _) = min(self._due.items(), key=lambda item: item[1][0])
+            left = due - time.monotonic()
+            if left <= 0:
+                return attempt
+            self._cond.wait(left)
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -37,12 +99,21 @@ class Runtime:
     _redis: redis.Redis | None = field(default=None, repr=False)
     _pid: int = field(default_factory=os.getpid, repr=False)
     _receipt_store: str | None = field(default=None, repr=False)
+    _heartbeats: Heartbeats | None = field(default=None, repr=False)
 
     def _own(self) -> None:
-        """After a fork: forget the parent's connections (kept referenced, never used or closed here)."""
+        """After a fork: forget the parent's connections (kept referenced, never used or closed here) and
+        its heartbeat thread (a thread does not live on in a forked child)."""
         if self._pid != os.getpid():
             _inherited.append((self._conns, self._redis))
-            self._conns, self._redis, self._pid = {}, None, os.getpid()
+            self._conns, self._redis, self._heartbeats, self._pid = {}, None, None, os.getpid()
+
+    @property
+    def heartbeats(self) -> Heartbeats:
+        self._own()
+        if self._heartbeats is None:
+            self._heartbeats = Heartbeats()
+        return self._heartbeats
 
     def conn(self, name: str = "main") -> psycopg.Connection:
         """A kept autocommit connection; each call of pipeline.tasks opens its own short transaction."""

@@ -1,0 +1,63 @@
+"""The worker process's one heartbeat thread (pipeline/runtime.py, Heartbeats): each watched attempt beats on
+its own interval, a forgotten one never again, and forgetting waits for a beat in progress."""
+
+import threading
+import time
+
+from pipeline.runtime import Heartbeats
+
+
+class Attempt:
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.times: list[float] = []
+        self.gate = gate
+        self.in_tick = threading.Event()
+        self.ticked = threading.Condition()
+
+    def tick(self) -> None:
+        self.in_tick.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        with self.ticked:
+            self.times.append(time.monotonic())
+            self.ticked.notify_all()
+
+    def wait_for(self, count: int, seconds: float = 10.0) -> bool:
+        with self.ticked:
+            return self.ticked.wait_for(lambda: len(self.times) >= count, timeout=seconds)
+
+
+def test_each_attempt_beats_on_its_own_interval_and_a_forgotten_one_stops():
+    beats = Heartbeats()
+    fast, slow = Attempt(), Attempt()
+    started = time.monotonic()
+    beats.watch(fast, 0.05)
+    beats.watch(slow, 0.3)
+    assert slow.wait_for(2)
+    assert fast.times[0] - started >= 0.05 and slow.times[0] - started >= 0.3   # a beat is due one interval in
+    assert len(fast.times) >= 6 * len(slow.times) - 6 and len(fast.times) >= 6
+    beats.forget(fast)
+    after = len(fast.times)
+    assert slow.wait_for(len(slow.times) + 2)   # the thread went on beating for the other one
+    assert len(fast.times) == after
+    beats.forget(slow)
+
+
+def test_forget_returns_only_once_the_beat_in_progress_ended():
+    beats = Heartbeats()
+    gate = threading.Event()
+    held = Attempt(gate)
+    beats.watch(held, 0.01)
+    assert held.in_tick.wait(10)
+    forgetting = threading.Thread(target=beats.forget, args=(held,))
+    forgetting.start()
+    forgetting.join(0.3)
+    assert forgetting.is_alive() and held.times == []   # still inside the beat: forget waits
+    gate.set()
+    forgetting.join(10)
+    assert not forgetting.is_alive() and len(held.times) == 1
+    other = Attempt()
+    beats.watch(other, 0.01)
+    assert other.wait_for(10)   # the thread went on beating: a forgotten attempt is not among its beats
+    assert len(held.times) == 1
+    beats.forget(other)
