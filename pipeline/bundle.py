@@ -21,16 +21,15 @@ from receipts.media import MediaStore
 def manifest(conn: psycopg.Connection, content_id: int, version: int) -> dict:
     """The manifest of a version whose media tasks all succeeded."""
     row = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
-    tasks = {(t["kind"], t["block_key"]): t for t in db.all(conn, "tasks_of_version",
+    media = {(t["kind"], t["block_key"]): t for t in db.all(conn, "tasks_media_of_version",
                                                               {"content_id": content_id, "version": version})}
     blocks = []
     for block in row["blocks"]:
         entry = {"key": block["key"], "text": block["text"]}
         for kind, label in (("image", "image"), ("tts", "audio")):
-            task = tasks.get((kind, block["key"]))
-            if task is None or task["status"] != "succeeded":
+            asset = media.get((kind, block["key"]))
+            if asset is None or asset["status"] != "succeeded" or asset["sha256"] is None:
                 raise PipelineError(f"block {block['key']}: its {label} is not ready")
-            asset = db.one(conn, "assets_get", {"sha256": task["asset_sha256"]})
             entry[label] = {"file": f"{label}/{block['key']}.{extension(asset['media_type'])}", "sha256": asset["sha256"],
                             "media_type": asset["media_type"], "size": asset["size"]}
         blocks.append(entry)

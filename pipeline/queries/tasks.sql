@@ -33,6 +33,11 @@ SELECT * FROM tasks WHERE id = %(task_id)s;
 -- tasks_of_version: a version's tasks in a stable order
 SELECT * FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s ORDER BY id;
 
+-- tasks_media_of_version: a version's media tasks, each with the index row of the asset it made (NULLs: none)
+SELECT t.kind::text AS kind, t.block_key, t.status::text AS status, a.sha256, a.media_type, a.size
+FROM tasks t LEFT JOIN assets a ON a.sha256 = t.asset_sha256
+WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND t.kind <> 'bundle';
+
 -- tasks_get_with_version: a task with its version's state, to explain why an action is refused
 SELECT t.*, c.current_version, v.cancel_requested_at FROM tasks t
 JOIN contents c ON c.id = t.content_id
