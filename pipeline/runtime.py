@@ -32,7 +32,7 @@ from pipeline.settings import Settings, load, session_options
 
 class Beating(Protocol):
     def tick(self) -> None:
-        """One heartbeat (it handles its own errors)."""
+        """One heartbeat; it handles the errors it expects (an error it lets through is logged)."""
 
 
 class Heartbeats:
@@ -51,7 +51,7 @@ class Heartbeats:
 
     def watch(self, attempt: Beating, every: float) -> None:
         with self._cond:
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
                 self._thread.start()
             self._due[attempt] = (time.monotonic() + every, every)
@@ -69,6 +69,8 @@ class Heartbeats:
                 attempt = self._beating = self._next_due()
             try:
                 attempt.tick()
+            except Exception as exc:  # noqa: BLE001 - one attempt's failed beat must not end the beats of all
+                log("heartbeat_error", error=f"{exc.__class__.__name__}: {exc}"[:300])
             finally:
                 with self._cond:
                     self._beating = None

@@ -8,9 +8,9 @@ from pipeline.runtime import Heartbeats
 
 
 class Attempt:
-    def __init__(self, gate: threading.Event | None = None) -> None:
+    def __init__(self, gate: threading.Event | None = None, fails: bool = False) -> None:
         self.times: list[float] = []
-        self.gate = gate
+        self.gate, self.fails = gate, fails
         self.in_tick = threading.Event()
         self.ticked = threading.Condition()
 
@@ -21,6 +21,8 @@ class Attempt:
         with self.ticked:
             self.times.append(time.monotonic())
             self.ticked.notify_all()
+        if self.fails:
+            raise RuntimeError("a beat that fails in a way nobody expected")
 
     def wait_for(self, count: int, seconds: float = 10.0) -> bool:
         with self.ticked:
@@ -61,3 +63,13 @@ def test_forget_returns_only_once_the_beat_in_progress_ended():
     assert other.wait_for(10)   # the thread went on beating: a forgotten attempt is not among its beats
     assert len(held.times) == 1
     beats.forget(other)
+
+
+def test_a_beat_that_raises_does_not_stop_the_thread():
+    beats = Heartbeats()
+    failing, steady = Attempt(fails=True), Attempt()
+    beats.watch(failing, 0.01)
+    beats.watch(steady, 0.01)
+    assert failing.wait_for(3) and steady.wait_for(3)   # the failing one is beaten again, and the other goes on
+    beats.forget(failing)
+    beats.forget(steady)
