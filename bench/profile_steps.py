@@ -19,8 +19,8 @@ STEPS = [
     ("pipeline/dispatch.py", "send_now", "fast path for unblocked tasks"),
     ("pipeline/log.py", "log", "JSON log lines"),
     ("pipeline/bundle.py", "build", "bundle zip"),
-    ("pipeline/jobs.py", "__enter__", "lease thread start/stop"),
-    ("pipeline/jobs.py", "__exit__", "lease thread start/stop"),
+    ("pipeline/jobs.py", "__enter__", "heartbeat watch/forget"),
+    ("pipeline/jobs.py", "__exit__", "heartbeat watch/forget"),
     ("pipeline/jobs.py", "run_task", "run_task, rest"),
 ]
 OUTSIDE = "RQ worker loop (dequeue, registries, job bookkeeping)"
