@@ -1,7 +1,7 @@
 """The RQ job: `run_task(task_id)` does one attempt of one task, fenced by its lease.
 
 The execution path, from a message to a written outcome: the worker (bin/worker.py)
-runs `run_task`, which claims the task in one transaction (`pipeline.tasks.claim_and_take`:
+runs `run_task`, which claims the task in one transaction (`pipeline.leases.claim_and_take`:
 the claim, the input's one paid call, the asset its input already has and, through the
 executor's `prepare`, the provider slot, rate token and booking), reuses that asset or hands
 the attempt to the process's executor (`pipeline.executor`, kept by `pipeline.runtime`) under
@@ -24,7 +24,7 @@ from typing import Callable, TypeVar
 import psycopg
 from rq import get_current_job
 
-from pipeline import dispatch, runtime, tasks
+from pipeline import dispatch, leases, runtime, tasks
 from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Transient
 from pipeline.core.records import Asset, Task
 from pipeline.executor import Settlement
@@ -57,7 +57,7 @@ class AttemptContext:
         """Extend the lease; False when PostgreSQL could not be asked."""
         with self._lock:
             try:
-                result = tasks.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
+                result = leases.heartbeat(self.rt.conn("lease"), self.task, self.rt.settings.lease_seconds)
             except psycopg.OperationalError as exc:
                 self.rt.drop("lease")
                 log("heartbeat_failed", task_id=self.task.id, attempt=self.task.attempts,
@@ -79,7 +79,7 @@ class AttemptContext:
         False when PostgreSQL could not be asked."""
         with self._lock:
             try:
-                seen = tasks.look(self.rt.conn("lease"), self.task)
+                seen = leases.look(self.rt.conn("lease"), self.task)
             except psycopg.OperationalError as exc:
                 self.rt.drop("lease")
                 log("lease_check_failed", task_id=self.task.id, lease_token=self.task.lease_token,
@@ -144,7 +144,7 @@ class Claimed:
 def _claim_once(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claimed | None:
     conn, cfg = rt.conn(), rt.settings
     with conn.pipeline(), conn.transaction():   # BEGIN goes with the claim, COMMIT with the last statement
-        found = tasks.claim_and_take(conn, task_id, worker=rt.worker_id, lease_seconds=cfg.lease_seconds,
+        found = leases.claim_and_take(conn, task_id, worker=rt.worker_id, lease_seconds=cfg.lease_seconds,
                                      rq_job_id=job_id, attempt_seconds=cfg.attempt_ceiling_seconds,
                                      receipt_store=rt.receipt_store)
         if found is None:

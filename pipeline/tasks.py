@@ -1,4 +1,4 @@
-"""Every change of a task's status, each one function here and one query in tasks.sql.
+"""Every change of a task's status after its claim, each one function here and one query in tasks.sql.
 
 `apply` is the one place a decision (`pipeline.core.outcome.Outcome`) is written, for a
 worker leaving `running` and for the reconciler alike: the task row by one guarded UPDATE
@@ -6,11 +6,11 @@ worker leaving `running` and for the reconciler alike: the task row by one guard
 retry's outbox row, the dead letter, and the event. A worker's exit is fenced by its lease
 token: zero rows means it no longer holds the lease, and it raises `LeaseLost` having
 written nothing but a paid result. The other moves are set-based and each has its function:
-the claim, the deadline, superseding, and an editor's cancel, reopen and resolve (whose
-rules `pipeline.review` and `pipeline.versions` check). Every function checks its moves
-against the transition table (`core.states.TRANSITIONS`) before it writes. Besides, the
-heartbeat and the input hold. Each function is one short transaction, or runs in its
-caller's; none is open while the work itself runs.
+the deadline, superseding, and an editor's cancel, reopen and resolve (whose rules
+`pipeline.review` and `pipeline.versions` check). Every function checks its moves against the
+transition table (`core.states.TRANSITIONS`) before it writes. Besides, the hold on an input's
+one paid call. The claim and the lease it issues are `pipeline.leases`. Each function is one
+short transaction, or runs in its caller's; none is open while the work itself runs.
 """
 
 from __future__ import annotations
@@ -41,69 +41,6 @@ def _may(froms: frozenset[TaskStatus] | tuple[TaskStatus, ...], to: TaskStatus, 
     """StaleTransition unless `by` may move a task from each of `froms` to `to` (a set-based move's rule)."""
     for status in froms:
         check_transition(status, to, by)
-
-
-def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
-          rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
-          receipt_store: str | None = None) -> Task | None:
-    """Take the task for one attempt, or None when it is not runnable now (nothing is changed then).
-
-    The attempt ends at the latest `attempt_seconds` after the claim, or at the task's deadline.
-    `receipt_store` names the store the worker writes this attempt's receipts to (None: not known).
-    """
-    with conn.transaction():
-        claimed = claim_with_reuse(conn, task_id, worker=worker, lease_seconds=lease_seconds, rq_job_id=rq_job_id,
-                                   attempt_seconds=attempt_seconds, receipt_store=receipt_store)
-    return claimed[0] if claimed else None
-
-
-def claim_with_reuse(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
-                     rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
-                     receipt_store: str | None = None) -> tuple[Task, Asset | None] | None:
-    """`claim` in the caller's transaction, with the stored asset the task's input already has (None when
-    it has none, or for a bundle): the reuse check costs no round trip of its own."""
-    return _claimed(_claim_query(conn, task_id, uuid.uuid4(), worker, lease_seconds, rq_job_id, attempt_seconds,
-                                 receipt_store).fetchone())
-
-
-def claim_and_take(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
-                   rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
-                   receipt_store: str | None = None) -> tuple[Task, Asset | None, bool] | None:
-    """`claim_with_reuse`, and with it the hold on the input's one paid call (`take_input`) and a look at the
-    input's stored asset after that take; the task, that asset (None: none yet) and whether we hold the input.
-
-    In the caller's transaction, and in pipeline mode in one round trip: the take and the look name the task by
-    the lease the claim takes, so they do nothing unless the claim did. The look is a statement of its own, so it
-    sees an asset the input's holder stored just before it let go of the input.
-    """
-    token = uuid.uuid4()
-    claim = _claim_query(conn, task_id, token, worker, lease_seconds, rq_job_id, attempt_seconds, receipt_store)
-    took = db.execute(conn, "input_calls_take", {"task_id": task_id, "lease_token": token,
-                                                 "hold_seconds": lease_seconds})
-    look = db.execute(conn, "asset_inputs_find_of_task", {"task_id": task_id})
-    claimed = _claimed(claim.fetchone())
-    holder, stored = took.fetchone(), look.fetchone()
-    if claimed is None:
-        return None
-    task, reusable = claimed
-    return task, Asset.from_row(stored) if stored else reusable, holder is not None and holder["task_id"] == task.id
-
-
-def _claim_query(conn: psycopg.Connection, task_id: int, token: uuid.UUID, worker: str, lease_seconds: float,
-                 rq_job_id: str | None, attempt_seconds: float, receipt_store: str | None) -> psycopg.Cursor:
-    _may((S.READY, S.RETRY), S.RUNNING, "worker")
-    return db.execute(conn, "tasks_claim", {"task_id": task_id, "lease_token": token, "worker": worker,
-                                            "lease_seconds": lease_seconds, "rq_job_id": rq_job_id,
-                                            "attempt_seconds": attempt_seconds, "receipt_store": receipt_store})
-
-
-def _claimed(row: dict | None) -> tuple[Task, Asset | None] | None:
-    if row is None:
-        return None
-    reusable = None if row["reuse_sha256"] is None else Asset(
-        row["reuse_sha256"], row["reuse_media_type"], row["reuse_size"], row["reuse_width"], row["reuse_height"],
-        row["reuse_duration_ms"])
-    return Task.from_row(row), reusable
 
 
 def fail_past_deadline(conn: psycopg.Connection, task_ids: list[int], *, actor: str, by: str,
@@ -162,32 +99,6 @@ def resolve_failed(conn: psycopg.Connection, task_id: int, last_error: str) -> d
     the event); None when the task is no longer unknown."""
     check_transition(S.UNKNOWN, S.FAILED, "editor")
     return db.one(conn, "tasks_resolve_failed", {"task_id": task_id, "last_error": last_error[:2000]})
-
-
-@dataclass(frozen=True)
-class Beat:
-    alive: bool                 # False: the lease is gone (superseded, expired and taken, cancelled)
-    cancel_requested: bool
-    seconds_left: float | None = None   # the lease's time left, when only looked at (`look`)
-
-
-def look(conn: psycopg.Connection, task: Task) -> Beat:
-    """The lease as it stands, read only: whether it is held, its time left, and whether a cancel was requested."""
-    row = db.one(conn, "tasks_lease_look", {"task_id": task.id, "lease_token": task.lease_token})
-    return Beat(alive=row is not None, cancel_requested=bool(row and row["cancel_requested"]),
-                seconds_left=row["seconds_left"] if row else None)
-
-
-def heartbeat(conn: psycopg.Connection, task: Task, lease_seconds: float) -> Beat:
-    """Extend the lease, and the hold on the task's input while its call runs (even once the lease is lost:
-    a call already made stays the only one for its input until its result is stored)."""
-    with conn.transaction():
-        row = db.one(conn, "tasks_heartbeat", {"task_id": task.id, "lease_token": task.lease_token,
-                                               "lease_seconds": lease_seconds})
-        if task.kind != "bundle":
-            db.execute(conn, "input_calls_renew", {"fingerprint": task.fingerprint, "lease_token": task.lease_token,
-                                                   "hold_seconds": lease_seconds})
-    return Beat(alive=row is not None, cancel_requested=bool(row and row["cancel_requested"]))
 
 
 def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> bool:

@@ -52,8 +52,7 @@ ORDER BY id;
 -- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
 SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
--- tasks_claim: take a runnable task for one attempt, with the stored asset its input already has (reuse_*);
--- a duplicate or early message matches nothing
+-- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
 WITH candidate AS (
     SELECT t.id, t.status FROM tasks t
     JOIN contents c ON c.id = t.content_id
@@ -82,11 +81,8 @@ WITH candidate AS (
            'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
     FROM claimed
 )
-SELECT claimed.*, v.saved_at, a.sha256 AS reuse_sha256, a.media_type AS reuse_media_type, a.size AS reuse_size,
-       a.width AS reuse_width, a.height AS reuse_height, a.duration_ms AS reuse_duration_ms FROM claimed
-JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version
-LEFT JOIN asset_inputs i ON i.fingerprint = claimed.fingerprint AND claimed.kind <> 'bundle'
-LEFT JOIN assets a ON a.sha256 = i.sha256;
+SELECT claimed.*, v.saved_at FROM claimed
+JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
 
 -- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
 -- cancel was requested

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from pipeline import tasks, versions
+from pipeline import leases, tasks, versions
 from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
 from testkit.helpers import assert_pending_counts, draft, make_settings
@@ -38,7 +38,7 @@ def machine_for(conn, cfg):
         @rule(pick=st.integers(0, 100), call=st.booleans(), newest=st.booleans())
         def claim(self, pick, call, newest):
             ids = self._task_ids(self.version if newest else None)
-            task = tasks.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
+            task = leases.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
             if task:
                 self.holders.append(task)
                 if call:
@@ -74,7 +74,7 @@ def machine_for(conn, cfg):
         def heartbeat(self, pick):
             if self.holders:
                 holder = self.holders[pick % len(self.holders)]
-                alive = tasks.heartbeat(conn, holder, 60).alive
+                alive = leases.heartbeat(conn, holder, 60).alive
                 assert alive == (self._current_token(holder.id) == holder.lease_token)
 
         @rule()
@@ -88,7 +88,7 @@ def machine_for(conn, cfg):
                 return
             holder = self.holders[pick % len(self.holders)]
             self.leases_expire_and_the_reconciler_runs()
-            task = tasks.claim(conn, holder.id, worker="w2", lease_seconds=60)
+            task = leases.claim(conn, holder.id, worker="w2", lease_seconds=60)
             if task:
                 self.holders.append(task)
 
