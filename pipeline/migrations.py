@@ -1,8 +1,8 @@
 """Schema migrations: numbered, forward-only SQL files in `schema/`.
 
 `plan()` decides (pure); `migrate()` applies the missing files, each in its own
-transaction, under a session advisory lock so two concurrent runs are safe: the
-second waits, then finds nothing to do. A database whose recorded migrations do
+transaction under a transaction-level advisory lock, so two concurrent runs are safe (the
+second waits, then finds nothing to do) and a pooler in transaction mode is no obstacle. A database whose recorded migrations do
 not match the files (edited, renamed or unknown) is refused, never "repaired".
 """
 
@@ -16,7 +16,9 @@ from pathlib import Path
 import psycopg
 from psycopg.rows import tuple_row
 
+from pipeline import servers
 from pipeline.core.errors import PipelineError
+from pipeline.settings import Settings
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
 LOCK_KEY = 0x6D656469  # advisory lock id shared by every migrate run
@@ -82,19 +84,30 @@ def pending(conn: psycopg.Connection, files: list[Migration] | None = None) -> l
     return plan(discover() if files is None else files, _recorded(conn))
 
 
-def migrate(url: str, files: list[Migration] | None = None) -> list[Migration]:
-    """Apply the missing migrations; return what was applied (empty when current)."""
+def migrate(url: str, files: list[Migration] | None = None, *, bounds: Settings | None = None) -> list[Migration]:
+    """Apply the missing migrations; return what was applied (empty when current).
+
+    `bounds`: also make these settings' connection bounds the role's defaults in the database
+    (pipeline/servers.py), which is where connections through a pooler get them."""
     files = discover() if files is None else files
-    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
-        try:
-            conn.execute(_CREATE_TABLE)
-            todo = plan(files, _recorded(conn))
-            for migration in todo:
-                with conn.transaction():
-                    conn.execute(migration.sql.encode())
+    applied: list[Migration] = []
+    # no prepared statements (a pooler may run each transaction on another session); ServerUnusable for a server
+    # too old
+    with psycopg.connect(url, autocommit=True, connect_timeout=5, prepare_threshold=None) as conn:
+        servers.check_version(conn)
+        while True:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                conn.execute("SET LOCAL statement_timeout = 0")   # a migration may take longer than a request
+                conn.execute(_CREATE_TABLE)
+                todo = plan(files, _recorded(conn))
+                if todo:
+                    conn.execute(todo[0].sql.encode())
                     conn.execute("INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                                 (migration.version, migration.name, migration.checksum))
-            return todo
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+                                 (todo[0].version, todo[0].name, todo[0].checksum))
+            if not todo:
+                break
+            applied.append(todo[0])
+        if bounds is not None:
+            servers.write_role_bounds(conn, bounds)
+    return applied

@@ -103,7 +103,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
             if own:
                 # it committed without waiting for its WAL flush (admit): make this save, or the earlier one we
                 # answer with, durable before the caller may answer 202
-                db.execute(conn, "admission_flush")
+                flush(conn)
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
@@ -111,7 +111,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
         if saved is None:
             raise
         if own:
-            db.execute(conn, "admission_flush")
+            flush(conn)
         return saved
     except psycopg.Error as exc:
         raise _refusal(conn, exc, cfg, len(plan), lane) from None
@@ -120,6 +120,14 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
         sent = dispatch.ClaimedMessages(claim, rows) if claim else tuple(row["id"] for row in rows)
         saved = replace(saved, outbox_ids=sent)
     return saved
+
+
+def flush(conn: psycopg.Connection) -> None:
+    """Make every commit so far durable: PostgreSQL 17 flushes on request; 15 and 16 by a synchronous commit."""
+    if conn.info.server_version >= 170000:
+        db.execute(conn, "admission_flush")
+    else:
+        db.execute(conn, "admission_flush_by_commit")
 
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,

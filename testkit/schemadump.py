@@ -22,7 +22,8 @@ _QUERIES = {
                  FROM information_schema.columns WHERE table_schema = 'public' ORDER BY table_name, column_name""",
     "constraint": """SELECT conrelid::regclass::text || ' ' || contype::text || ' ' || pg_get_constraintdef(oid)
                      FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND conrelid <> 0
-                     ORDER BY 1""",
+                       AND contype <> 'n'   -- NOT NULL: a row here from PostgreSQL 18 on, only a column's flag
+                     ORDER BY 1""",       # before it; the columns above show it on every version
     "index": """SELECT indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY tablename, indexname""",
     "function": """SELECT p.oid::regprocedure::text FROM pg_proc p
                    WHERE p.pronamespace = 'public'::regnamespace ORDER BY 1""",

