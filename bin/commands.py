@@ -11,7 +11,7 @@ import sys
 
 import psycopg
 
-from pipeline import migrations, settings as settings_mod
+from pipeline import migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
 
 
@@ -34,16 +34,18 @@ def migrate_main(argv: list[str]) -> int:
     cfg = _settings()
     try:
         if args.check:
-            from pipeline.db import connect
-            with connect(cfg.database_url, options=settings_mod.session_options(cfg)) as conn:
+            with servers.connect(cfg) as conn:
                 todo = migrations.pending(conn)
             for m in todo:
                 print(f"missing {m.version:04d}_{m.name}")
             return 1 if todo else 0
-        applied = migrations.migrate(cfg.database_url)
+        applied = migrations.migrate(cfg.database_url, bounds=cfg)
     except migrations.MigrationError as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
+    except servers.ServerUnusable as exc:
+        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
+        return 2
     except psycopg.OperationalError as exc:
         print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
         return 2
@@ -76,7 +78,6 @@ def reconcile_main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=500, help="rows per transaction (default 500)")
     args = parser.parse_args(argv)
     cfg = _settings()
-    from pipeline.db import connect
     from pipeline.log import log
     from pipeline.executor import build_providers
     from pipeline.reconcile import Reconciler
@@ -85,9 +86,13 @@ def reconcile_main(argv: list[str]) -> int:
     status = 0
     while True:
         try:
-            with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
+            # the run holds a session lock across its transactions: DATABASE_SESSION_URL when a pooler is in front
+            with servers.connect(cfg, session=True) as conn:
                 report = Reconciler(cfg, conn, providers, batch=args.batch).run(
                     cfg.reconcile_slot_seconds if args.slot else None)
+        except servers.ServerUnusable as exc:
+            print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
+            return 2
         except psycopg.OperationalError as exc:
             print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
             status = 2
@@ -111,14 +116,21 @@ def dispatch_main(argv: list[str]) -> int:
     parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
     args = parser.parse_args(argv)
     cfg = _settings()
-    import redis
     from pipeline import dispatch, lanes
-    from pipeline.db import connect
-    conn_redis = redis.Redis.from_url(cfg.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    conn_redis = servers.redis_client(cfg)
     depth = lanes.bulk_depths(cfg)
+    try:
+        servers.preflight(cfg, wait_seconds=0 if args.once else 30, say=lambda line: print(line, file=sys.stderr))
+    except servers.ServerUnusable as exc:
+        print(f"cannot use the servers: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:   # still unreachable after the wait: a psycopg or Redis connection error
+        print(f"cannot reach the servers: {exc}", file=sys.stderr)
+        return 2
     if args.once:
         try:
-            with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
+            # the bulk lane's lock is held from the queue lengths to the enqueue: a session (DATABASE_SESSION_URL)
+            with servers.connect(cfg, session=True) as conn:
                 total = 0
                 while (sent := dispatch.send_due(conn, conn_redis, claim_seconds=cfg.dispatch_claim_seconds,
                                                  bulk_depth=depth)):
@@ -129,8 +141,12 @@ def dispatch_main(argv: list[str]) -> int:
         print(f"sent {total}")
         return 0
     stop = _stop_flag()
-    dispatch.run_forever(lambda: connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)), conn_redis,
-                         claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth)
+    try:
+        dispatch.run_forever(lambda: servers.connect(cfg, session=True), conn_redis,
+                             claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth)
+    except servers.ServerUnusable as exc:   # the server changed under us (a pooler put in front, say)
+        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -148,10 +164,9 @@ def keys_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     cfg = _settings()
     from pipeline import keys
-    from pipeline.db import connect
     from pipeline.core.errors import InvalidInput, NotFound
     try:
-        with connect(cfg.database_url, autocommit=True, options=settings_mod.session_options(cfg)) as conn:
+        with servers.connect(cfg) as conn:
             if args.command == "create":
                 info, token = keys.create(conn, args.owner, args.role)
                 print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")
@@ -167,6 +182,9 @@ def keys_main(argv: list[str]) -> int:
     except (InvalidInput, NotFound) as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
+    except servers.ServerUnusable as exc:
+        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
+        return 2
     except psycopg.OperationalError as exc:
         print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
         return 2

@@ -23,8 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+import redis
+
 from bin.embedded import Postgres, ServerError, Valkey, require_free_port
-from pipeline import migrations, settings as settings_mod
+from pipeline import migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +35,7 @@ DATA = ROOT / ".data"
 PROCFILE = ROOT / "Procfile"
 # What cron runs in production (the Procfile's comment), as a loop in the dev stack.
 DEV_EXTRA = [("reconciler", "bin/reconcile --loop 10")]
+UNUSABLE = 2   # the exit code of a process that found a server it cannot use (pipeline/servers.py)
 _print_lock = threading.Lock()
 
 
@@ -150,9 +154,8 @@ def _dev_secrets(env: dict[str, str]) -> None:
 
 
 def _first_admin_key(database_url: str, lab_key: str) -> None:
-    from pipeline.db import connect
     from pipeline.keys import authenticate, ensure_admin_key
-    with connect(database_url, autocommit=True) as conn:
+    with servers.connect(settings_mod.load({**os.environ, "DATABASE_URL": database_url})) as conn:
         ensure_admin_key(conn, lab_key)
         live = authenticate(conn, lab_key) is not None
     if live:
@@ -162,6 +165,12 @@ def _first_admin_key(database_url: str, lab_key: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+    argparse.ArgumentParser(prog="bin/dev", description=(
+        "Start the whole system in the foreground: embedded PostgreSQL 18 and Valkey 8 (unless DATABASE_URL / "
+        "REDIS_URL name servers of your own), migrations, the Procfile's processes and the reconciler. Ctrl-C "
+        "stops everything. Exit codes: 0 stopped cleanly, 1 a process or server failed, 2 bad configuration, a "
+        "busy port or a server this system cannot use.")).parse_args(argv)
     try:
         cfg = settings_mod.load()
     except ConfigError as exc:
@@ -188,7 +197,9 @@ def main(argv: list[str]) -> int:
         env.setdefault("MEDIA_DIR", str(DATA / "media"))
         env.setdefault("DEMO_MODE", "true")
         _dev_secrets(env)
-        for m in migrations.migrate(env["DATABASE_URL"]):
+        ours = settings_mod.load(env)
+        servers.preflight(ours, say=lambda line: say("dev", line))
+        for m in migrations.migrate(env["DATABASE_URL"], bounds=ours):
             say("dev", f"applied migration {m.version:04d}_{m.name}")
         _first_admin_key(env["DATABASE_URL"], env["LAB_API_KEY"])
         env = process_env(env, cfg)
@@ -201,6 +212,10 @@ def main(argv: list[str]) -> int:
             for child in children:
                 if child.process.poll() is None:
                     continue
+                if child.process.returncode == UNUSABLE:   # it said why; starting it again would only say it again
+                    say("dev", f"{child.name} cannot use the servers (exit {UNUSABLE}, its reason above); stopping")
+                    stopping.set()
+                    return 2
                 # like a process supervisor: a crashed process (a demo worker_crash, say) is started again,
                 # unless processes keep dying, which means something is wrong with the stack itself
                 restarts = [t for t in restarts if t > time.monotonic() - 60] + [time.monotonic()]
@@ -213,8 +228,11 @@ def main(argv: list[str]) -> int:
                 child.start(env)
             stopping.wait(0.5)
         return 0
-    except (ServerError, migrations.MigrationError) as exc:
+    except (ServerError, migrations.MigrationError, servers.ServerUnusable) as exc:
         print(f"bin/dev: {exc}", file=sys.stderr)
+        return 2
+    except (psycopg.OperationalError, redis.RedisError) as exc:
+        print(f"bin/dev: cannot reach the servers: {exc}", file=sys.stderr)
         return 2
     finally:
         say("dev", "stopping")

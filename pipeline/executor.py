@@ -17,7 +17,6 @@ proves the call cost nothing (`policy.unpaid`).
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from contextlib import nullcontext
@@ -27,14 +26,13 @@ from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, db, ledger, spend, storage
+from pipeline import bundle, db, ledger, servers, spend, storage
 from pipeline.core import policy
 from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Asset, Task
-from pipeline.db import connect
 from pipeline.log import log
-from pipeline.settings import ProviderSettings, Settings, session_options
+from pipeline.settings import ProviderSettings, Settings
 from providers.base import GenerateRequest, Provider, Result
 from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
@@ -180,19 +178,17 @@ class ProviderExecutor:
         self.limits = Limits()
 
     @classmethod
-    def from_settings(cls, cfg: Settings) -> "ProviderExecutor":
-        kept: dict = {}
+    def from_settings(cls, cfg: Settings, conn: Callable[[], psycopg.Connection] | None = None) -> "ProviderExecutor":
+        """`conn`: the connection to book and settle on (a worker's Runtime gives its own, fork-safe one);
+        None: one of the executor's own, for a process without a Runtime (the reconciler's lookups)."""
+        if conn is None:
+            kept: dict = {}
 
-        def conn() -> psycopg.Connection:
-            # per process: a forked work horse opens its own and leaves its parent's alone (pipeline/runtime.py)
-            current = kept.get("c")
-            if current is not None and kept.get("pid") != os.getpid():
-                kept.setdefault("inherited", []).append(current)
-                current = None
-            if current is None or current.closed or current.broken:
-                current = kept["c"] = connect(cfg.database_url, autocommit=True, options=session_options(cfg))
-                kept["pid"] = os.getpid()
-            return current
+            def conn() -> psycopg.Connection:
+                current = kept.get("c")
+                if current is None or current.closed or current.broken:
+                    current = kept["c"] = servers.connect(cfg)
+                return current
         return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn)
 
     def prepare(self, conn: psycopg.Connection, task: Task, settlement: Settlement) -> None:

@@ -18,16 +18,15 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import psycopg
 import redis
 
-from pipeline import storage
-from pipeline.db import connect
+from pipeline import servers, storage
 from pipeline.executor import Executor
 from pipeline.log import log
-from pipeline.settings import Settings, load, session_options
+from pipeline.settings import Settings, load
 
 
 class Beating(Protocol):
@@ -124,8 +123,7 @@ class Runtime:
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 conn.close()
-            conn = self._conns[name] = connect(self.settings.database_url, autocommit=True,
-                                                       options=session_options(self.settings))
+            conn = self._conns[name] = servers.connect(self.settings)
         return conn
 
     def drop(self, name: str = "main") -> None:
@@ -152,7 +150,7 @@ class Runtime:
     def redis(self) -> redis.Redis:
         self._own()
         if self._redis is None:
-            self._redis = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+            self._redis = servers.redis_client(self.settings)
         return self._redis
 
     def close(self) -> None:
@@ -166,9 +164,11 @@ _inherited: list = []   # connections a parent opened before forking this proces
 _lock = threading.Lock()
 
 
-def default_executor(settings: Settings) -> Executor:
+def default_executor(settings: Settings, conn: Callable[[], psycopg.Connection] | None = None) -> Executor:
+    """The provider executor; `conn`: the connection it books and settles on (a Runtime's own, so that a
+    worker process holds two connections in all: this one and the heartbeat's)."""
     from pipeline.executor import ProviderExecutor
-    return ProviderExecutor.from_settings(settings)
+    return ProviderExecutor.from_settings(settings, conn)
 
 
 def current() -> Runtime:
@@ -176,7 +176,8 @@ def current() -> Runtime:
     with _lock:
         if _current is None:
             settings = load()
-            _current = Runtime(settings, default_executor(settings))
+            _current = Runtime(settings, None)
+            _current.executor = default_executor(settings, _current.conn)
         return _current
 
 

@@ -93,8 +93,11 @@ class StorageSettings:
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
-    redis_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)
+    database_session_url: str | None = field(default=None, repr=False)   # None: database_url
+    db_pooler: str = "none"        # "pgbouncer": a pooler in front, no startup options (pipeline/servers.py)
+    redis_url: str | None = field(default=None, repr=False)
+    redis_ca_file: Path | None = None   # CA of a rediss:// server's certificate; None: the system's CAs
     media_dir: Path = ROOT / ".data" / "media"
     secret_key: str = field(default="", repr=False)
     port: int = 8000
@@ -143,12 +146,35 @@ def session_options(cfg: "Settings") -> str:
             f"-c idle_in_transaction_session_timeout={cfg.db_idle_in_transaction_ms}")
 
 
+def masked_url(raw: str | None) -> str:
+    """A URL fit for a message: its password replaced by ***."""
+    parts = urlsplit(raw or "")
+    if parts.password is None:
+        return raw or ""
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + parts.netloc.rpartition("@")[2]).geturl()
+
+
 def _url(name: str, schemes: tuple[str, ...]) -> Callable[[str], str]:
     def parse(raw: str) -> str:
-        parts = urlsplit(raw)
-        if parts.scheme not in schemes or not parts.netloc and not parts.path:
-            raise ConfigError(f"{name}={raw!r} is not a valid URL; expected {' or '.join(schemes)}://HOST[:PORT]/...")
+        try:
+            parts = urlsplit(raw)
+            parts.port   # noqa: B018 - raises ValueError on a port that is not a number
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in schemes or not parts.netloc and not parts.path:
+            raise ConfigError(f"{name}={masked_url(raw)!r} is not a valid URL; "
+                              f"expected {' or '.join(schemes)}://HOST[:PORT]/...")
         return raw
+    return parse
+
+
+def _file(name: str) -> Callable[[str], Path]:
+    def parse(raw: str) -> Path:
+        path = Path(raw).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{name}={raw!r} is not a readable file; give the path of a PEM file")
+        return path.resolve()
     return parse
 
 
@@ -319,7 +345,10 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     spec = {
         "database_url": ("DATABASE_URL", _url("DATABASE_URL", ("postgresql", "postgres"))),
+        "database_session_url": ("DATABASE_SESSION_URL", _url("DATABASE_SESSION_URL", ("postgresql", "postgres"))),
+        "db_pooler": ("DB_POOLER", _choice("DB_POOLER", ("none", "pgbouncer"))),
         "redis_url": ("REDIS_URL", _url("REDIS_URL", ("redis", "rediss", "unix"))),
+        "redis_ca_file": ("REDIS_CA_FILE", _file("REDIS_CA_FILE")),
         "media_dir": ("MEDIA_DIR", lambda raw: Path(raw).expanduser().resolve()),
         "secret_key": ("SECRET_KEY", _secret("SECRET_KEY")),
         "port": ("PORT", _int("PORT", 1, 65535)),

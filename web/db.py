@@ -19,8 +19,8 @@ import redis
 from flask import Flask, current_app, g
 from psycopg_pool import ConnectionPool
 
-from pipeline.db import connect_args
-from pipeline.settings import Settings, session_options
+from pipeline import servers
+from pipeline.settings import Settings
 
 POOL_SIZE = 4            # connections one web process keeps at most (a gunicorn sync worker needs one)
 POOL_WAIT_SECONDS = 5.0  # how long a request waits for a free or a new connection
@@ -66,9 +66,10 @@ def _pool() -> ConnectionPool:
             url = settings().database_url
             if not url:
                 raise psycopg.OperationalError("DATABASE_URL is not set")
-            pool = ConnectionPool(url, kwargs=connect_args(autocommit=True, options=session_options(settings())),
+            pool = ConnectionPool(url, kwargs={"autocommit": True, **servers.connect_params(settings())},
                                   min_size=1, max_size=POOL_SIZE, timeout=POOL_WAIT_SECONDS,
-                                  check=ConnectionPool.check_connection, name="web", open=True)
+                                  configure=servers.check_version, check=ConnectionPool.check_connection,
+                                  name="web", open=True)
             current_app.extensions["pg_pool"] = _ProcessPool(os.getpid(), pool)
     return pool
 
@@ -85,8 +86,7 @@ def get_redis() -> redis.Redis | None:
     """The app's Redis client (a lazy pool), or None when REDIS_URL is not set."""
     client = current_app.extensions.get("redis")
     if client is None and settings().redis_url:
-        client = current_app.extensions["redis"] = redis.Redis.from_url(
-            settings().redis_url, socket_timeout=2, socket_connect_timeout=2)
+        client = current_app.extensions["redis"] = servers.redis_client(settings(), timeout=2)
     return client
 
 
