@@ -23,7 +23,7 @@ from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from pipeline import drift, overview
+from pipeline import drift, overview, servers
 from pipeline.lanes import LANES
 from pipeline.core.states import TaskKind, TaskStatus
 from web.db import get_conn, get_redis, settings
@@ -123,6 +123,12 @@ def attention_gauges(reading: dict) -> Iterator[Metric]:
         for side in ("redis_only", "database_only"):
             queue.add_metric([side], reading["queue"][side])
         yield queue
+    if reading.get("eviction") is not None:
+        evicting = GaugeMetricFamily("mediapipe_redis_may_evict", "1 when Redis's maxmemory-policy lets it drop keys "
+                                     "under memory pressure (a dropped message is re-sent only after "
+                                     "LOST_DISPATCH_SECONDS); 0 for noeviction", labels=["policy"])
+        evicting.add_metric([reading["eviction"]], float(reading["eviction"] != "noeviction"))
+        yield evicting
 
 
 BUCKETS = ("0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60", "120", "300", "600", "1800", "3600", "+Inf")
@@ -173,8 +179,9 @@ def metrics() -> Response:
     client = get_redis()
     try:
         reading["queue"] = drift.queue_disagreement(get_conn(), client) if client is not None else None
+        reading["eviction"] = servers.eviction_policy(client) if client is not None else None
     except redis.RedisError:
-        reading["queue"] = None   # Redis away: the gauge is absent rather than wrong
+        reading["queue"] = reading["eviction"] = None   # Redis away: the gauges are absent rather than wrong
     registry.register(DatabaseCollector(reading))
     return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})

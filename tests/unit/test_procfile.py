@@ -34,8 +34,17 @@ def test_workers_are_rq_worker_pools_of_our_simple_workers_listening_interactive
     argv = argv_of(command, {"REDIS_URL": "redis://127.0.0.1:6379/0"})
     assert argv[:2] == ["rq", "worker-pool"]
     assert argv[argv.index("-w") + 1] == "bin.worker.Worker"
-    assert argv[argv.index("--url") + 1] == "redis://127.0.0.1:6379/0"
+    assert argv[argv.index("-c") + 1] == "bin.rqconfig"   # RQ's Redis URL comes from our settings
     assert argv[-2:] == lanes.worker_queues(KINDS[name])
+
+
+def test_no_procfile_line_carries_a_secret_on_its_command_line():
+    # `ps` shows every process's argv to every user of the machine: a password there is a password given away
+    env = {"REDIS_URL": "redis://app:s3cret-redis@127.0.0.1:6379/0", "PORT": "8000",
+           "DATABASE_URL": "postgresql://app:s3cret-pg@127.0.0.1/db"}
+    for name, command in devstack.read_procfile():
+        argv = argv_of(command, env)
+        assert not any("s3cret" in arg for arg in argv), (name, argv)
 
 
 @pytest.mark.parametrize("env", [
@@ -78,7 +87,7 @@ def test_bin_dev_gives_the_lines_its_servers_its_port_and_the_virtualenv():
     assert env["PORT"] == "28001" and env["WEB_HOST"] == "127.0.0.1"
     assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
     web = argv_of(dict(devstack.read_procfile())["web"], env)
-    assert web[:3] == ["gunicorn", "--bind", "127.0.0.1:28001"]
+    assert web[:5] == ["gunicorn", "-c", "bin/gunicorn_conf.py", "--bind", "127.0.0.1:28001"]
     assert shlex.join(web[-1:]) == "'web:create_app()'"
 
 

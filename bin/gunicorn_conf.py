@@ -1,0 +1,25 @@
+"""gunicorn's settings for the Procfile's web line (`gunicorn -c bin/gunicorn_conf.py ...`).
+
+Its only hook is the start-up check (pipeline/servers.py `preflight`): a PostgreSQL that this system
+cannot use (too old, a refused login, a pooler that refuses our startup options) stops gunicorn's
+master with the reason and exit code 2 before it forks a worker. Servers that are merely not up yet
+do not stop the web: it answers 503 until they are (/readyz says which).
+"""
+
+import sys
+
+
+def on_starting(server) -> None:
+    from pipeline import servers, settings
+    from pipeline.core.errors import ConfigError
+    try:
+        cfg = settings.load()
+        if cfg.database_url:
+            servers.preflight(cfg, wait_seconds=0, redis_too=True,
+                              say=lambda line: print(f"web: {line}", file=sys.stderr))
+    except (ConfigError, servers.ServerUnusable) as exc:
+        print(f"web: cannot start: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as exc:   # not up yet: /readyz answers 503 until it is
+        print(f"web: the servers are not reachable yet ({exc.__class__.__name__}); answering 503 until they are",
+              file=sys.stderr)
