@@ -6,7 +6,7 @@ that join tables for one page, `reconcile.sql` what the reconciler finds due). E
 is named `<table>_<verb>` and introduced by a `-- name: one-line comment` header. Code
 calls queries by name with named parameters (`%(task_id)s`); nothing outside the query
 files builds SQL (tests/unit/test_queries.py: every name asked for exists, every query
-is used). This module owns connection settings; it knows nothing of tasks.
+is used). It knows nothing of tasks; how the system's processes connect is pipeline/servers.py.
 """
 
 from __future__ import annotations
@@ -24,19 +24,12 @@ _HEADER = re.compile(r"^-- (?P<name>[a-z][a-z0-9_]*): (?P<doc>.+)$")
 
 
 def connect(url: str, *, autocommit: bool = False, options: str = "") -> psycopg.Connection:
-    """A connection that returns rows as dicts and fails fast when the server is away.
-
-    `options` (settings.session_options) bounds its statements, lock waits and idle
-    transactions: a wait that would otherwise be endless becomes an error.
-    """
-    return psycopg.connect(url, **connect_args(autocommit=autocommit, options=options))
-
-
-def connect_args(*, autocommit: bool = False, options: str = "") -> dict[str, Any]:
-    """The keyword arguments of `connect`, for a pool that opens its connections itself (web/db.py)."""
+    """A plain connection that returns rows as dicts, for tools and tests (the system's own processes connect
+    with pipeline/servers.py, which adds our bounds). It prepares no statements, so it works through a pooler in
+    transaction mode too; `options`: libpq startup options, such as settings.session_options."""
     extra = {"options": options} if options else {}
-    return {"row_factory": dict_row, "autocommit": autocommit, "connect_timeout": 5,
-            "application_name": "mediapipe", **extra}
+    return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=5,
+                           application_name="mediapipe", prepare_threshold=None, **extra)
 
 
 def parse_queries(text: str, source: str) -> dict[str, str]:

@@ -31,6 +31,19 @@ def missing(*packages: str) -> list[str]:
     return [name for name in packages if not DEBIAN_PACKAGES[name].exists()]
 
 
+def require_debian(*packages: str) -> None:
+    """Skip the calling test, saying why, when a Debian package it needs is not installed; under CI=true it
+    must be (bin/test installs them as root), so there the test fails instead."""
+    import pytest
+    absent = missing(*packages)
+    if not absent:
+        return
+    message = f"needs Debian's {', '.join(absent)} (bin/test installs them as root with apt-get)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message}; in CI nothing may skip for want of it")
+    pytest.skip(message)
+
+
 def _as_server_user() -> dict:
     """Popen arguments that run a server as the unprivileged system user when we are root."""
     if os.geteuid() != 0:
@@ -68,20 +81,23 @@ class PgBouncer:
 
     Two pools per database, as a managed offering has them: `NAME` in transaction pooling mode and
     `NAME_session` in session mode (for the one piece that needs a session, DATABASE_SESSION_URL).
-    Clients authenticate with the passwords of `users`; PgBouncer passes them on to PostgreSQL.
+    Clients authenticate with the passwords of `users`; PgBouncer passes them on to PostgreSQL. As root it
+    runs as the system user, so `base` is made where that user can enter (a new folder in the temp dir).
     """
 
-    base: Path
     port: int
     pg_port: int
     users: dict[str, str]
     databases: tuple[str, ...] = ()
+    base: Path | None = field(default=None, init=False)
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
 
     def url(self, user: str, dbname: str) -> str:
         return f"postgresql://{user}:{self.users[user]}@127.0.0.1:{self.port}/{dbname}"
 
     def start(self) -> None:
+        import tempfile
+        self.base = Path(tempfile.mkdtemp(prefix="mediapipe-pgbouncer-"))
         _own_dir(self.base)
         pools = []
         for name in self.databases:
@@ -97,13 +113,15 @@ class PgBouncer:
             f"logfile = {self.base / 'pgbouncer.log'}", ""]))
         for path in self.base.iterdir():
             path.chmod(0o644)
-        self.process = subprocess.Popen([str(PGBOUNCER), str(self.base / "pgbouncer.ini")],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                        start_new_session=True, **_as_server_user())
-        _wait_for_port(self.process, self.port, "PgBouncer", self.base / "pgbouncer.log")
+        with open(self.base / "stderr.log", "ab") as err:
+            self.process = subprocess.Popen([str(PGBOUNCER), str(self.base / "pgbouncer.ini")],
+                                            stdout=err, stderr=subprocess.STDOUT,
+                                            start_new_session=True, **_as_server_user())
+        _wait_for_port(self.process, self.port, "PgBouncer", self.base / "stderr.log")
 
     def stop(self) -> None:
         stop_child(self.process)
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 def make_tls_files(base: Path) -> dict[str, Path]:

@@ -49,17 +49,6 @@ def pytest_addoption(parser):
                           "(Debian's postgresql-15, which bin/test installs as root)")
 
 
-def require_debian(*packages: str) -> None:
-    """Skip, saying why, when a Debian package a test needs is not installed; in CI it must be (bin/test
-    installs them as root), so there the test fails instead."""
-    from testkit.servers import missing
-    absent = missing(*packages)
-    if not absent:
-        return
-    message = f"needs Debian's {', '.join(absent)} (bin/test installs them as root with apt-get)"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message}; in CI nothing may skip for want of it")
-    pytest.skip(message)
 _counter = itertools.count()
 
 
@@ -107,6 +96,7 @@ def servers(request):
         else:
             bindir = None
             if request.config.getoption("--postgres") == "15":
+                from testkit.servers import require_debian
                 require_debian("postgresql-15")
                 from testkit.servers import PG15_BIN as bindir
             pg = Postgres(base / "pg", free_port(), durable=False, bindir=bindir)
