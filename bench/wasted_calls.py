@@ -197,7 +197,7 @@ def run_ours(stack: Stack, fake: FakeProviderServer, args, planned: int) -> dict
     counter = iter(range(1000))
 
     def respawn(queue: str):
-        return stack.spawn(f"ours-{queue}-{next(counter)}", rq_worker_argv(queue, stack.redis_url), env)
+        return stack.spawn(f"ours-{queue}-{next(counter)}", rq_worker_argv(queue), env)
     workers = {queue: respawn(queue) for queue in ("image", "tts", "bundle")}
     stack.spawn("ours-dispatcher", [str(ROOT / "bin" / "dispatch")], env)
     stack.spawn("ours-reconciler", [str(ROOT / "bin" / "reconcile"), "--loop", "1"], env)

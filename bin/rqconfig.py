@@ -4,7 +4,8 @@ RQ's command line reads this module (its `-c`) before it starts a worker, so the
 our settings (REDIS_URL, with REDIS_CA_FILE for a rediss:// server's private CA) and never appears on a
 command line, where `ps` would show its password. Loading it is also the pool's start-up check
 (pipeline/servers.py `preflight`): a PostgreSQL or Redis this system cannot use stops the pool here,
-with the reason, and exit code 2, before any worker is forked.
+with the reason and exit code 2, before any worker is forked; servers still unreachable after its wait of
+30 s, with exit code 1 (a supervisor starts it again).
 """
 
 import sys
@@ -20,9 +21,9 @@ def _load() -> str:
     except (ConfigError, servers.ServerUnusable) as exc:
         print(f"bin/rqconfig: cannot start the workers: {exc}", file=sys.stderr)
         raise SystemExit(2)
-    except Exception as exc:   # still unreachable after the wait
+    except Exception as exc:   # still unreachable after the wait: a supervisor may start the pool again
         print(f"bin/rqconfig: cannot reach the servers: {exc.__class__.__name__}: {exc}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(1)
     return servers.rq_redis_url(cfg)
 
 

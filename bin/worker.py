@@ -14,11 +14,14 @@ starts the processes; this class only changes what a worker does before its firs
 * A worker opens its connections when it starts (`warm_up`), so the first job of a fresh pool
   waits for no connection either. A database that cannot be reached yet is not fatal: the job
   connects (and retries) as before.
+* A worker started while Redis is away waits for it (`wait_for_redis`) instead of exiting.
 * No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
   in RQ, and `rq worker-pool` would otherwise fork a scheduler process per pool.
 """
 
 from __future__ import annotations
+
+import time
 
 import psycopg
 import redis
@@ -72,4 +75,19 @@ class Worker(SimpleWorker):
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
         warm_up()
+        self.wait_for_redis()
         return super().work(*args, **kwargs)
+
+    def wait_for_redis(self, sleep=time.sleep) -> None:
+        """Until Redis answers: RQ's start-up registers the worker there and exits on a connection error, so a
+        worker started while Redis is away (a restart during an outage) would die instead of waiting. Once
+        registered, RQ's own loop rides out a lost Redis (max_connection_wait_time above)."""
+        wait = 0.5
+        while True:
+            try:
+                self.connection.ping()
+                return
+            except redis.ConnectionError as exc:
+                log("worker_waiting_for_redis", worker=self.name, error=f"{exc.__class__.__name__}: {exc}"[:200])
+                sleep(wait)
+                wait = min(wait * 2, self.max_connection_wait_time)

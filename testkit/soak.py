@@ -60,7 +60,7 @@ class Soak:
                                 env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)}, preexec_fn=_die_with_pytest)
 
     def start_worker(self, name: str) -> None:
-        self.workers[name] = self.spawn(rq_worker_argv(name.split("-")[0], self.env["REDIS_URL"]), name)
+        self.workers[name] = self.spawn(rq_worker_argv(name.split("-")[0]), name)
 
     def counts(self) -> Counter:
         for _ in range(50):

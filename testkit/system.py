@@ -25,10 +25,11 @@ from testkit.helpers import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def rq_worker_argv(kind: str, redis_url: str) -> list[str]:
+def rq_worker_argv(kind: str) -> list[str]:
     """RQ's stock command line for one worker of a kind (what each process of the Procfile's pool runs):
-    our SimpleWorker class, its queues in priority order, the interactive lane first."""
-    return ["-m", "rq.cli", "worker", "--quiet", "-w", "bin.worker.Worker", "--url", redis_url,
+    our SimpleWorker class, its queues in priority order, the interactive lane first, and RQ's settings from
+    bin/rqconfig.py (the environment's REDIS_URL, and the start-up check that waits for the servers)."""
+    return ["-m", "rq.cli", "worker", "--quiet", "-c", "bin.rqconfig", "-w", "bin.worker.Worker",
             *worker_queues(kind)]
 
 
@@ -61,7 +62,7 @@ class System:
                                 preexec_fn=_die_with_pytest)
 
     def start_worker(self, queue: str) -> subprocess.Popen:
-        proc = self._spawn(rq_worker_argv(queue, self.env["REDIS_URL"]), f"worker-{queue}")
+        proc = self._spawn(rq_worker_argv(queue), f"worker-{queue}")
         self.workers.append(proc)
         return proc
 

@@ -67,7 +67,7 @@ def workers(database_url, redis_url, media_dir, tmp_path):
     env = {**os.environ, **TEST_ENV, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
            "MEDIA_DIR": str(media_dir), "PYTHONPATH": str(ROOT)}
     log = (tmp_path / "workers.log").open("w")
-    started = [subprocess.Popen([sys.executable, *rq_worker_argv(queue, redis_url)], cwd=ROOT, env=env,
+    started = [subprocess.Popen([sys.executable, *rq_worker_argv(queue)], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT) for queue in QUEUES]
     yield started
     for process in started:

@@ -1,7 +1,9 @@
 """Fixtures of the fault tests: the fake provider, a running system (workers as processes), whole stacks."""
 
 import pytest
+import redis
 import requests
+from rq import Worker
 
 from bin.embedded import Valkey, free_port
 from pipeline import keys
@@ -60,6 +62,10 @@ def make_stack(system, tmp_path):
             except requests.RequestException:
                 return False
         wait_until(healthy, timeout=30, message="the web app answering")
+        # and every worker registered with RQ: a test that then takes Redis away finds them all started
+        client = redis.Redis.from_url(valkey.url())
+        wait_until(lambda: len(Worker.all(connection=client)) >= 3, timeout=60, message="the three workers started")
+        client.close()
         return built
     yield make
     system.stop()

@@ -54,6 +54,25 @@ def test_redis_down_during_a_save_is_accepted_then_sent_and_run_when_it_returns(
     assert all(fake.calls_for(key(r)).executions == 1 for r in rows[:2])
 
 
+def test_a_worker_started_while_redis_is_away_waits_for_it_instead_of_exiting(stack, fake):
+    # given Redis away and the stack's image worker gone (a restart during the outage)
+    stack.valkey.stop()
+    image = next(w for w in stack.system.workers if "image" in w.args)
+    kill(image)
+    # when a new image worker starts, then it waits (RQ's own start-up would exit on the connection error)
+    log = stack.system.logs / f"worker-image-{len(stack.system.workers)}.log"
+    late = stack.system.start_worker("image")
+    wait_until(lambda: log.exists() and "waiting for the servers" in log.read_text(), timeout=30,
+               message="the new worker saying it waits for Redis")
+    assert late.poll() is None
+    # and once Redis is back it takes the lesson's image work: every task succeeds, each call made once
+    stack.valkey.start()
+    saved = stack.save(lesson(1))
+    rows = settle(stack, saved["content_id"], timeout=60)
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    assert all(fake.calls_for(key(r)).executions == 1 for r in rows[:2])
+
+
 def test_a_crash_after_enqueue_before_marking_sent_is_a_duplicate_message_run_once(stack, fake):
     kill(stack.procs["dispatcher"])
     with stack.system.db() as conn:
