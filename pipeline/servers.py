@@ -46,12 +46,18 @@ def major(conn: psycopg.Connection) -> int:
 
 def check_version(conn: psycopg.Connection) -> None:
     """ServerUnusable unless the server is PostgreSQL 15 or newer."""
-    found = conn.info.server_version
-    if found // 10000 < OLDEST_MAJOR:
-        raise ServerUnusable(
-            f"PostgreSQL {found // 10000}.{found % 10000} at {conn.info.host}:{conn.info.port} is too old: this "
-            f"system needs PostgreSQL {OLDEST_MAJOR} or newer (tested on {', '.join(map(str, TESTED_MAJORS))}); "
-            "upgrade the server or point DATABASE_URL at a newer one")
+    refusal = version_refusal(conn.info.server_version, f"{conn.info.host}:{conn.info.port}")
+    if refusal:
+        raise ServerUnusable(refusal)
+
+
+def version_refusal(server_version: int, where: str) -> str | None:
+    """Why a server of this version (libpq's number, 150018 for 15.18) cannot be used, or None."""
+    if server_version // 10000 >= OLDEST_MAJOR:
+        return None
+    return (f"PostgreSQL {server_version // 10000}.{server_version % 10000} at {where} is too old: this system "
+            f"needs PostgreSQL {OLDEST_MAJOR} or newer (tested on {', '.join(map(str, TESTED_MAJORS))}); upgrade "
+            "the server or point DATABASE_URL at a newer one")
 
 
 def connect_params(cfg: Settings) -> dict[str, Any]:
@@ -119,8 +125,20 @@ def bounds_of(conn: psycopg.Connection) -> dict[str, int]:
     found = {}
     for name in BOUNDS:
         row = conn.execute("SELECT setting FROM pg_settings WHERE name = %(name)s", {"name": name}).fetchone()
-        found[name] = int(row["setting"] if isinstance(row, dict) else row[0])
+        found[name] = int(row["setting"])
     return found
+
+
+def bounds_warning(found: dict[str, int], cfg: Settings) -> str | None:
+    """What to tell the operator when a session's bounds are not the settings' (through a pooler: the role's
+    defaults were never written, or were written with other values), or None."""
+    wrong = {name: value for name, value in found.items() if value != getattr(cfg, BOUNDS[name])}
+    if not wrong:
+        return None
+    listed = ", ".join(f"{name} is {value} ms, not {getattr(cfg, BOUNDS[name])}" for name, value in wrong.items())
+    return (f"this session's bounds are not the settings' ({listed}); run bin/migrate with these settings, which "
+            "writes them as the role's defaults in the database (a pooler's server sessions opened before keep "
+            "the old values until it opens new ones: PgBouncer's RECONNECT, or its server_lifetime)")
 
 
 def redis_client(cfg: Settings, *, timeout: float = 5.0, url: str | None = None) -> redis.Redis:
@@ -168,7 +186,9 @@ def preflight(cfg: Settings, *, wait_seconds: float = 30.0, redis_too: bool = Tr
     while True:
         try:
             with connect(cfg) as conn:
-                conn.execute("SELECT 1")
+                warning = bounds_warning(bounds_of(conn), cfg)
+            if warning:
+                say(f"warning: {warning}")
             if redis_too and cfg.redis_url:
                 client = redis_client(cfg)
                 try:
