@@ -120,7 +120,9 @@ def dispatch_main(argv: list[str]) -> int:
     conn_redis = servers.redis_client(cfg)
     depth = lanes.bulk_depths(cfg)
     try:
-        servers.preflight(cfg, wait_seconds=0 if args.once else 30, say=lambda line: print(line, file=sys.stderr))
+        # PostgreSQL only: its loop rides out a Redis that is away (the workers and the web name an evicting one)
+        servers.preflight(cfg, wait_seconds=0 if args.once else 30, redis_too=False,
+                          say=lambda line: print(line, file=sys.stderr))
     except servers.ServerUnusable as exc:
         print(f"cannot use the servers: {exc}", file=sys.stderr)
         return 2
