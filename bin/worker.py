@@ -15,6 +15,8 @@ starts the processes; this class only changes what a worker does before its firs
   waits for no connection either. A database that cannot be reached yet is not fatal: the job
   connects (and retries) as before.
 * A worker started while Redis is away waits for it (`wait_for_redis`) instead of exiting.
+* Messages are JSON, and a message that names anything but `pipeline.jobs.run_task(task_id)` is refused
+  without running (`refused`): whoever can write to Redis cannot run code on the workers.
 * No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
   in RQ, and `rq worker-pool` would otherwise fork a scheduler process per pool.
 """
@@ -25,11 +27,12 @@ import time
 
 import psycopg
 import redis
+from rq.exceptions import DeserializationError
 from rq.worker import SimpleWorker
 
 from PIL import Image
 
-from pipeline import jobs, runtime  # noqa: F401 - imported before the pool forks (see above)
+from pipeline import dispatch, jobs, runtime  # noqa: F401 - imported before the pool forks (see above)
 from pipeline import executor  # noqa: F401 - the executor, likewise
 from pipeline.log import log
 from providers import local_image, openai_http  # noqa: F401 - adapters the registry imports when built
@@ -51,6 +54,19 @@ def warm_up() -> None:
         log("warm_up_deferred", worker=rt.worker_id, error=f"{exc.__class__.__name__}: {exc}"[:300])
 
 
+def refused(job) -> str | None:
+    """Why a message may not run, or None: it must name pipeline.jobs.run_task and one integer task id."""
+    try:
+        name, args, kwargs = job.func_name, job.args, job.kwargs
+    except DeserializationError:
+        return "its payload is not JSON (a pickle?); messages of ours are JSON"
+    if name != dispatch.JOB_FUNC:
+        return f"it names {str(name)[:100]!r}; workers run only {dispatch.JOB_FUNC}"
+    if kwargs or len(args) != 1 or isinstance(args[0], bool) or not isinstance(args[0], int):
+        return f"{dispatch.JOB_FUNC} takes one task id"
+    return None
+
+
 class Worker(SimpleWorker):
     """RQ's SimpleWorker, warmed up before its first job and without an RQ scheduler process.
 
@@ -59,6 +75,24 @@ class Worker(SimpleWorker):
     """
 
     max_connection_wait_time = 5.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["serializer"] = dispatch.SERIALIZER   # whatever the command line says: never unpickle a message
+        super().__init__(*args, **kwargs)
+
+    def execute_job(self, job, queue):
+        """Run a message only if it names our job function with one task id; refuse anything else unrun.
+
+        Whoever can write to Redis can plant a message. A pickle does not even load (the JSON serializer
+        above cannot read it, so no code in it runs), and a JSON message naming any other function (RQ would
+        import and call any dotted path) is refused: it goes to RQ's failed registry, and PostgreSQL, which
+        decides all work, is not touched."""
+        refusal = refused(job)
+        if refusal:
+            log("job_refused", job_id=job.id, queue=queue.name, reason=refusal)
+            self.handle_job_failure(job, queue=queue, exc_string=f"refused: {refusal}")
+            return
+        return super().execute_job(job, queue)
 
     def perform_job(self, job, queue) -> bool:
         """Run the job under RQ's time limit, set here from this worker's attempt ceiling.

@@ -24,13 +24,15 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import psycopg
 import redis
 from rq import Queue
+from rq.serializers import JSONSerializer
 
 from pipeline import db
 from pipeline.lanes import BULK, INTERACTIVE, KINDS, bulk_depths, queue_name
 from pipeline.log import log
 from pipeline.settings import Settings
 
-JOB_FUNC = "pipeline.jobs.run_task"
+JOB_FUNC = "pipeline.jobs.run_task"   # the one function a message may name (bin/worker.py refuses any other)
+SERIALIZER = JSONSerializer           # never pickle: a pickle in Redis would run code on every worker that reads it
 STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
 QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
 DEFAULT_BULK_DEPTH = bulk_depths(Settings())
@@ -49,7 +51,7 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
         return
     with conn_redis.pipeline() as pipe:
         for name, group in by_queue.items():
-            Queue(name, connection=conn_redis).enqueue_many([
+            Queue(name, connection=conn_redis, serializer=SERIALIZER).enqueue_many([
                 Queue.prepare_data(JOB_FUNC, args=(row["task_id"],), job_id=f"task-{row['task_id']}-{row['id']}",
                                    timeout=-1, result_ttl=RESULT_TTL, failure_ttl=86_400,
                                    description=f"task {row['task_id']}")

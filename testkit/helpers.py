@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import redis
-from rq import Queue, SimpleWorker
+from rq import Queue
 
 from pipeline import runtime, settings
 from pipeline.core.content import parse_draft
@@ -79,11 +79,12 @@ class ControlledExecutor:
 
 
 def work_burst(rt: runtime.Runtime, queues=ALL_QUEUES) -> None:
-    """Drain the queues (both lanes, interactive first) with RQ's SimpleWorker in this process, using `rt`."""
+    """Drain the queues (both lanes, interactive first) with our worker class (RQ's SimpleWorker) in this
+    process, using `rt`."""
+    from bin.worker import Worker
     runtime.install(rt)
     conn = redis.Redis.from_url(rt.settings.redis_url)
-    SimpleWorker([Queue(q, connection=conn) for q in queues], connection=conn).work(
-        burst=True, logging_level="WARNING", with_scheduler=False)
+    Worker([Queue(q, connection=conn) for q in queues], connection=conn).work(burst=True, logging_level="WARNING")
 
 
 def task_rows(database_url: str, content_id: int | None = None) -> list[dict]:

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 import redis
-from rq import Queue, SimpleWorker
+from rq import Queue
 
+from bin.worker import Worker
 from pipeline import db, dispatch, leases, tasks, lanes, review, versions
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
 from pipeline.db import connect
@@ -103,8 +104,8 @@ def test_a_worker_takes_interactive_work_before_bulk_work_queued_earlier(conn, c
     editor = versions.save(conn, draft(2, prefix="editor"), cfg, actor="editor")
     dispatch.send_now(conn, client, editor.outbox_ids)
     # a worker of the Procfile's image pool, listening to its queues in their order
-    SimpleWorker([Queue(q, connection=client) for q in lanes.worker_queues("image")], connection=client).work(
-        burst=True, logging_level="WARNING", with_scheduler=False)
+    Worker([Queue(q, connection=client) for q in lanes.worker_queues("image")], connection=client).work(
+        burst=True, logging_level="WARNING")
     order = [content_of(conn, task_id) for task_id in executor.calls]
     assert order == [editor.content_id] * 2 + [bulk.content_id] * 3
 

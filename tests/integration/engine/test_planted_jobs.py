@@ -1,0 +1,75 @@
+"""Whoever can write to Redis cannot run code on the workers: messages are JSON, and a worker runs only
+`pipeline.jobs.run_task(task_id)`; a planted pickle or a message naming another function is refused unrun."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import redis
+from rq import Queue
+from rq.registry import FailedJobRegistry
+from rq.serializers import DefaultSerializer
+
+from bin.worker import Worker
+from pipeline import dispatch, versions
+from testkit.helpers import draft
+
+MARK = "mediapipe_planted_job_ran"
+
+
+def planted(marker_path: str) -> None:
+    """What a planted message would do if it ran: leave a file behind."""
+    with open(marker_path, "w") as out:
+        out.write(MARK)
+
+
+def burst(client: redis.Redis, queue: str = "image") -> None:
+    Worker([Queue(queue, connection=client)], connection=client).work(burst=True, logging_level="WARNING")
+
+
+def test_our_messages_are_json_not_pickles(conn, cfg, rt, redis_url):
+    client = redis.Redis.from_url(redis_url)
+    saved = versions.save(conn, draft(1), cfg, actor="e")
+    dispatch.send_now(conn, client, saved.outbox_ids)
+    job_id = Queue("image", connection=client).get_job_ids()[0]
+    raw = zlib.decompress(client.hget(f"rq:job:{job_id}", "data"))
+    assert not raw.startswith(b"\x80")                      # a pickle's first byte
+    assert raw.startswith(b"[") and b"pipeline.jobs.run_task" in raw
+
+
+def test_a_planted_pickle_is_refused_without_running(rt, redis_url, tmp_path, capfd):
+    client = redis.Redis.from_url(redis_url)
+    marker = tmp_path / "ran"
+    # given a pickled job planted in our queue by someone who can write to Redis
+    job = Queue("image", connection=client, serializer=DefaultSerializer).enqueue(planted, str(marker))
+    assert client.hget(f"rq:job:{job.id}", "data")[:1] in (b"\x80", b"x")   # pickle (zlib-compressed or not)
+    # when a worker of ours takes it
+    burst(client)
+    # then it did not run, the worker lived on, and the message sits in RQ's failed registry saying why
+    assert not marker.exists()
+    assert job.id in FailedJobRegistry("image", connection=client).get_job_ids()
+    assert client.hget(f"rq:job:{job.id}", "status") == b"failed"
+    assert '"job_refused"' in capfd.readouterr().err
+
+
+def test_a_json_message_naming_another_function_is_refused_without_running(rt, redis_url, tmp_path):
+    client = redis.Redis.from_url(redis_url)
+    marker = tmp_path / "ran"
+    queue = Queue("image", connection=client, serializer=dispatch.SERIALIZER)
+    job = queue.enqueue(f"{__name__}.planted", str(marker))
+    other = queue.enqueue("os.remove", str(tmp_path / "kept"))
+    (tmp_path / "kept").write_text("still here")
+    burst(client)
+    assert not marker.exists() and (tmp_path / "kept").exists()
+    assert {job.id, other.id} <= set(FailedJobRegistry("image", connection=client).get_job_ids())
+
+
+def test_run_task_with_anything_but_one_task_id_is_refused(rt, redis_url):
+    client = redis.Redis.from_url(redis_url)
+    queue = Queue("image", connection=client, serializer=dispatch.SERIALIZER)
+    jobs = [queue.enqueue(dispatch.JOB_FUNC, "1; DROP TABLE tasks"), queue.enqueue(dispatch.JOB_FUNC, 1, 2),
+            queue.enqueue(dispatch.JOB_FUNC, task_id=1)]
+    burst(client)
+    assert {j.id for j in jobs} <= set(FailedJobRegistry("image", connection=client).get_job_ids())
+    assert os.environ.get("MEDIAPIPE_NEVER_SET") is None
