@@ -1,5 +1,8 @@
-# Sourced by bin/dev and bin/test: make sure .venv exists and holds requirements-dev.txt.
-# A stamp of the requirement files' hash skips pip when nothing changed.
+# Sourced by bin/dev and bin/test: make sure .venv exists and holds requirements-dev.lock, the hash-pinned lock
+# that pip-compile generates from requirements-dev.txt (which includes requirements.txt; regenerate with the
+# command in the lock's header). The lock names every transitive dependency, so pip installs it with --no-deps:
+# nothing is resolved or fetched beyond what it lists, and --require-hashes refuses any file whose hash differs.
+# A stamp of the requirement and lock files' hash skips pip when nothing changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${VENV:-$ROOT/.venv}"
@@ -10,9 +13,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON_BIN" -m venv "$VENV"
 fi
 stamp="$VENV/.requirements.sha256"
-want="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" | sha256sum | cut -d' ' -f1)"
+want="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/requirements.lock" "$ROOT/requirements-dev.lock" \
+  | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements-dev.txt"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+    -r "$ROOT/requirements-dev.lock"
   echo "$want" > "$stamp"
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
