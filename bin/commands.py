@@ -159,7 +159,8 @@ def keys_main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     create = sub.add_parser("create", help="make a key and print it once (only its hash is stored)")
     create.add_argument("--owner", required=True, help="who holds the key; named in every recorded action")
-    create.add_argument("--role", required=True, choices=("editor", "reviewer", "admin"))
+    create.add_argument("--role", required=True, choices=("editor", "reviewer", "admin", "delivery"),
+                        help="delivery: reads approved deliveries only (an integration that fetches bundles)")
     sub.add_parser("list", help="list keys by id (nothing of the keys themselves is stored)")
     revoke = sub.add_parser("revoke", help="revoke a key by id; its UI sessions end at once")
     revoke.add_argument("key_id", type=int)

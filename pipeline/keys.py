@@ -20,16 +20,18 @@ import psycopg
 from pipeline import db
 from pipeline.core.errors import InvalidInput, NotFound
 
-ROLES = ("editor", "reviewer", "admin")
+ROLES = ("editor", "reviewer", "admin", "delivery")
 TOKEN_PREFIX = "mp_"
 DEV_ADMIN_OWNER = "dev-admin"
 LAB_OWNER = "lab"
 
-# What each role may do. Reading is open to every role; admin may do everything.
+# What each role may do. Admin may do everything; `delivery` (an integration that fetches approved bundles)
+# may only read delivery manifests, whose signed links serve their media: no drafts, prompts, receipts or spend.
 PERMISSIONS: dict[str, frozenset[str]] = {
-    "editor": frozenset({"read", "edit"}),
-    "reviewer": frozenset({"read", "review"}),
-    "admin": frozenset({"read", "edit", "review", "admin"}),
+    "editor": frozenset({"read", "edit", "deliver"}),
+    "reviewer": frozenset({"read", "review", "deliver"}),
+    "admin": frozenset({"read", "edit", "review", "admin", "deliver"}),
+    "delivery": frozenset({"deliver"}),
 }
 
 

@@ -55,12 +55,21 @@ def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_s
         "lease_token": None, "reason": reason, "details": Jsonb(details) if details else None})
 
 
-def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> Approval:
-    """Approve a version whose media all succeeded; refused for a version older than the approved one."""
+def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str, key_id: int | None = None,
+            allow_self: bool = True) -> Approval:
+    """Approve a version whose media all succeeded; refused for a version older than the approved one.
+
+    Without `allow_self` (ALLOW_SELF_APPROVAL), the key or the person that saved the version may not approve
+    it (Conflict `self_approval`): a second person looks at what will be delivered."""
     with conn.transaction():
         content = db.one(conn, "contents_lock", {"content_id": content_id})
-        if content is None or db.one(conn, "versions_get", {"content_id": content_id, "version": version}) is None:
+        saved = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
+        if content is None or saved is None:
             raise NotFound(f"content {content_id} has no version {version}")
+        if not allow_self and (saved["saved_by"] == actor or (key_id and saved["saved_by_key"] == key_id)):
+            raise Conflict(f"version {version} was saved by {saved['saved_by']}; another person must approve it "
+                           "(ALLOW_SELF_APPROVAL=true lifts this rule)", code="self_approval",
+                           details={"saved_by": saved["saved_by"]})
         approved = content["approved_version"]
         if approved is not None and version < approved:
             raise Conflict(f"version {version} is older than the approved version {approved}; approve version "

@@ -124,11 +124,13 @@ class Settings:
     bulk_queue_depth: int | None = None    # bulk messages waiting in RQ per kind; None: twice its concurrency
     media_retention_days: int = 30
     demo_mode: bool = False
+    allow_self_approval: bool = False      # the key or person that saved a version may approve it (DEMO_MODE: on)
     # security (docs/security.md)
     session_idle_seconds: float = 3600.0       # a UI session ends after this long without a request
     session_max_seconds: float = 43_200.0      # and this long after sign-in, whatever happens
     trusted_proxies: int = 0                   # reverse proxies in front of the web app (ProxyFix); 0: none
     media_url_ttl_seconds: int = 86_400        # lifetime of the delivery manifest's signed media URLs
+    media_link_cache: str = "private"          # "public": caches may keep a signed link's answer until it expires
     metrics_token: str | None = field(default=None, repr=False)   # Bearer token for /metrics
     key_max_pending_tasks: int = 2_000         # pending tasks one key's saves may hold
     key_saves_per_minute: int = 60             # saves one key may make per minute
@@ -374,10 +376,12 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "bulk_queue_depth": ("BULK_QUEUE_DEPTH", _int("BULK_QUEUE_DEPTH", 1, 100_000)),
         "media_retention_days": ("MEDIA_RETENTION_DAYS", _int("MEDIA_RETENTION_DAYS", 1, 36_500)),
         "demo_mode": ("DEMO_MODE", _bool("DEMO_MODE")),
+        "allow_self_approval": ("ALLOW_SELF_APPROVAL", _bool("ALLOW_SELF_APPROVAL")),
         "session_idle_seconds": ("SESSION_IDLE_SECONDS", _float("SESSION_IDLE_SECONDS", 10, 30 * 86_400)),
         "session_max_seconds": ("SESSION_MAX_SECONDS", _float("SESSION_MAX_SECONDS", 10, 90 * 86_400)),
         "trusted_proxies": ("TRUSTED_PROXIES", _int("TRUSTED_PROXIES", 0, 5)),
         "media_url_ttl_seconds": ("MEDIA_URL_TTL_SECONDS", _int("MEDIA_URL_TTL_SECONDS", 60, 30 * 86_400)),
+        "media_link_cache": ("MEDIA_LINK_CACHE", _choice("MEDIA_LINK_CACHE", ("private", "public"))),
         "metrics_token": ("METRICS_TOKEN", _secret("METRICS_TOKEN")),
         "key_max_pending_tasks": ("KEY_MAX_PENDING_TASKS", _int("KEY_MAX_PENDING_TASKS", 1, 100_000_000)),
         "key_saves_per_minute": ("KEY_SAVES_PER_MINUTE", _int("KEY_SAVES_PER_MINUTE", 1, 1_000_000)),
@@ -392,6 +396,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     if "attempt_ceiling_seconds" not in values:   # long enough for the slowest call the providers allow
         values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
     values["storage"] = _storage(env)
+    values.setdefault("allow_self_approval", values.get("demo_mode", False))   # the seed demo approves its own save
     settings = Settings(**values)
     if settings.heartbeat_seconds >= settings.lease_seconds:
         raise ConfigError(

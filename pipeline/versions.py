@@ -43,10 +43,12 @@ def provider_info(cfg: Settings) -> ProviderInfo:
                         cfg.tts.backend, cfg.tts.model, cfg.tts.voice, cfg.image.options, cfg.tts.options)
 
 
-def _earlier_save(conn: psycopg.Connection, save_key: str | None, request_digest: str) -> Saved | None:
+def _earlier_save(conn: psycopg.Connection, save_key: str | None, request_digest: str,
+                 key_id: int | None) -> Saved | None:
+    """The save this API key made earlier with this Idempotency-Key (keys are scoped by the API key)."""
     if not save_key:
         return None
-    row = db.one(conn, "versions_by_save_key", {"save_key": save_key})
+    row = db.one(conn, "versions_by_save_key", {"save_key": save_key, "key_id": key_id})
     if row is None:
         return None
     if row["save_digest"] != request_digest:
@@ -95,7 +97,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
         # round trip, so the admission locks are not held across a round trip to us (admit).
         with conn.pipeline():
             with conn.transaction():
-                saved = _earlier_save(conn, save_key, request_digest)
+                saved = _earlier_save(conn, save_key, request_digest, key_id)
                 queued = None
                 if saved is None:
                     saved, queued = _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
@@ -107,7 +109,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
-            saved = _earlier_save(conn, save_key, request_digest)
+            saved = _earlier_save(conn, save_key, request_digest, key_id)
         if saved is None:
             raise
         if own:

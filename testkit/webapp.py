@@ -89,8 +89,8 @@ class Api:
     def put(self, path: str, **kw):
         return self.call("PUT", path, **kw)
 
-    def create(self, n: int = 2, **kw) -> dict:
-        response = self.post("/api/contents", json=lesson(n), role="editor", **kw)
+    def create(self, n: int = 2, *, role: str = "editor", **kw) -> dict:
+        response = self.post("/api/contents", json=lesson(n), role=role, **kw)
         assert response.status_code == 202, response.json
         return response.json
 

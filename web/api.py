@@ -69,11 +69,9 @@ def _save(content_id: int | None) -> Response:
 @bp.get("/contents")
 @require("read")
 def list_contents():
-    limit = request.args.get("limit", 50, type=int)
-    offset = request.args.get("offset", 0, type=int)
+    limit, offset = inputs.page_args()
     query = inputs.search_query()
-    return jsonify(overview.contents_list(get_conn(), limit=max(1, min(limit, 200)),
-                                          offset=max(0, min(offset, 10**9)), query=query))
+    return jsonify(overview.contents_list(get_conn(), limit=limit, offset=offset, query=query))
 
 
 @bp.post("/contents")
@@ -109,7 +107,8 @@ def get_version(content_id: int, version: int):
 @require("review")
 def approve_version(content_id: int, version: int):
     inputs.json_body(required=False)
-    approval = review.approve(get_conn(), content_id, version, actor=g.principal.owner)
+    approval = review.approve(get_conn(), content_id, version, actor=g.principal.owner,
+                              key_id=g.principal.key_id, allow_self=settings().allow_self_approval)
     return jsonify(content_id=approval.content_id, version=approval.version, approved_at=approval.approved_at,
                    approved_by=approval.approved_by,
                    delivery_url=url_for("api.get_delivery", content_id=content_id))
@@ -133,6 +132,6 @@ def delivery_doc(content_id: int) -> dict:
 
 
 @bp.get("/contents/<id:content_id>/delivery")
-@require("read")
+@require("deliver")
 def get_delivery(content_id: int):
     return jsonify(delivery_doc(content_id))

@@ -20,14 +20,11 @@ MAX_NOTE = 2000
 
 
 def version_arg(name: str, default: int | None) -> int:
-    raw = request.args.get(name)
-    if raw is None or raw == "":
-        if default is None or default < 1:
-            raise InvalidInput(f"{name} is required: a version number", field=name)
-        return default
-    if not raw.isdigit() or len(raw) > 9 or int(raw) < 1:
-        raise InvalidInput(f"{name}={raw!r} is not a version number", field=name)
-    return int(raw)
+    value = inputs.arg_int(name, default if default and default >= 1 else None, low=1, high=inputs.MAX_VERSION,
+                           what="a version number")
+    if value is None:
+        raise InvalidInput(f"{name} is required: a version number", field=name)
+    return value
 
 
 def compared(content_id: int) -> dict:
@@ -84,17 +81,12 @@ def regenerate_task(task_id: int):
 
 
 def page_args() -> tuple[int, int]:
-    limit = request.args.get("limit", 50, type=int)
-    offset = request.args.get("offset", 0, type=int)
-    return max(1, min(limit, 200)), max(0, min(offset, 10**9))
+    return inputs.page_args()
 
 
 def attention_filters() -> dict:
-    content = request.args.get("content_id", "")
-    if content and (not content.isdigit() or len(content) > 18):
-        raise InvalidInput(f"content_id={content!r} is not a content id", field="content_id")
     return {"problem": request.args.get("problem") or None, "kind": request.args.get("kind") or None,
-            "content_id": int(content) if content else None}
+            "content_id": inputs.arg_int("content_id", None, low=1, what="a content id")}
 
 
 @bp.get("/attention")

@@ -17,7 +17,11 @@ from werkzeug.routing import BaseConverter
 from pipeline.core.errors import InvalidInput
 from web.errors import Problem
 
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
+_DIGITS = re.compile(r"[0-9]{1,18}")   # ASCII only: str.isdigit and int() also take '²' or '٣'
+MAX_ID = 2**63 - 1                     # a bigint row id
+MAX_VERSION = 2_147_483_647            # an integer version number
+MAX_OFFSET = 10_000                    # deeper pages are asked for by narrowing the search, not by offset
 MAX_BODY_BYTES = 1024 * 1024
 MAX_JSON_DEPTH = 32
 _TOO_DEEP = f"the JSON body is nested too deeply; at most {MAX_JSON_DEPTH} levels of arrays and objects are accepted"
@@ -109,7 +113,7 @@ def idempotency_key() -> str | None:
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return None
-    if not _IDEMPOTENCY_KEY.match(key):
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
         raise Problem(400, "invalid_header", "Idempotency-Key must be 1 to 200 visible ASCII characters, "
                                              "e.g. a UUID", field="Idempotency-Key")
     return key
@@ -136,6 +140,35 @@ def text(body: dict, name: str, limit: int) -> str:
     if len(value) > limit:
         raise InvalidInput(f"{name} is {len(value)} characters; the limit is {limit}", field=name)
     return value.strip()
+
+
+def whole(raw: str | None, name: str, *, low: int, high: int, what: str = "a whole number") -> int:
+    """The one parser of integers from query strings and forms: ASCII digits only, within [low, high];
+    InvalidInput naming the parameter otherwise."""
+    if raw is None or not _DIGITS.fullmatch(raw) or not low <= int(raw) <= high:
+        shown = raw if raw is None or len(raw) <= 40 else raw[:40] + "…"
+        raise InvalidInput(f"{name}={shown!r} is not {what} from {low} to {high}", field=name)
+    return int(raw)
+
+
+def arg_int(name: str, default: int | None, *, low: int = 0, high: int = MAX_ID,
+            what: str = "a whole number") -> int | None:
+    """A query parameter's integer (`whole`), or `default` when the parameter is absent or empty."""
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    return whole(raw, name, low=low, high=high, what=what)
+
+
+def page_args(default_limit: int = 50, max_limit: int = 200) -> tuple[int, int]:
+    """`limit` and `offset` of a list (`offset` at most MAX_OFFSET)."""
+    return (arg_int("limit", default_limit, low=1, high=max_limit),
+            arg_int("offset", 0, low=0, high=MAX_OFFSET))
+
+
+def id_list(values: list[str], name: str) -> list[int]:
+    """Row ids sent as a repeated form field; any that is not one is refused, naming it."""
+    return [whole(value, name, low=1, high=MAX_ID, what="a row id") for value in values]
 
 
 MAX_QUERY = 200

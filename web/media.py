@@ -5,10 +5,13 @@ file path is derived from the digest by the media store, never taken from input.
 
 Drafts are private: an asset is served to a signed-in UI session or an `X-API-Key` with
 read access, marked `Cache-Control: private`. The delivery manifest of an approved version
-hands out signed links instead (`?expires=<unix time>&signature=<hex>`, an HMAC-SHA256 of
-the digest and the expiry under a key derived from SECRET_KEY, valid MEDIA_URL_TTL_SECONDS),
-so the app that consumes a delivery needs no key; those answers may be cached publicly
-until the link expires. Content never changes under a digest, so the ETag is the digest.
+hands out signed links instead (`?c=<content>&v=<version>&expires=<unix time>&signature=<hex>`,
+an HMAC-SHA256 of the digest, the content, the version and the expiry under a key derived from
+SECRET_KEY, valid MEDIA_URL_TTL_SECONDS), so the app that consumes a delivery needs no key. A link
+serves only while its version is the approved one (410 after a withdrawal or a newer approval);
+its answers are private and revalidated on every use unless MEDIA_LINK_CACHE=public lets any
+cache keep them until the link expires. Content never changes under a digest, so the ETag is
+the digest.
 
 With object storage (STORAGE=s3) the app streams the object from the bucket, or, with
 MEDIA_DELIVERY=redirect, answers 302 to a presigned URL of the bucket that expires after
@@ -33,17 +36,18 @@ from pipeline.core.content import download_name as content_download_name
 from pipeline.core.records import content_disposition, extension
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
+from pipeline.core.errors import InvalidInput
 from web.errors import Problem
+from web.inputs import MAX_ID, MAX_VERSION, whole
 
 bp = Blueprint("media", __name__)
-_SHA = re.compile(r"^[0-9a-f]{64}$")
-_EXPIRES = re.compile(r"^[0-9]{1,12}$")
+_SHA = re.compile(r"[0-9a-f]{64}")
 PRIVATE = "private, max-age=3600"
 
 
-def _mac(sha256: str, expires: int) -> str:
-    key = hmac.new(settings().secret_key.encode(), b"mediapipe media link v1", hashlib.sha256).digest()
-    return hmac.new(key, f"{sha256}:{expires}".encode(), hashlib.sha256).hexdigest()
+def _mac(sha256: str, content_id: int, version: int, expires: int) -> str:
+    key = hmac.new(settings().secret_key.encode(), b"mediapipe media link v2", hashlib.sha256).digest()
+    return hmac.new(key, f"{sha256}:{content_id}:{version}:{expires}".encode(), hashlib.sha256).hexdigest()
 
 
 def link_expiry(now: float | None = None) -> int:
@@ -52,23 +56,38 @@ def link_expiry(now: float | None = None) -> int:
     return math.ceil((now + settings().media_url_ttl_seconds) / 60) * 60
 
 
-def signed_url(sha256: str, expires: int) -> str:
-    return url_for("media.get", sha256=sha256, expires=expires, signature=_mac(sha256, expires))
+def signed_url(sha256: str, expires: int, content_id: int, version: int) -> str:
+    """A link to one medium of the delivery of `version` of `content_id`: it serves while that version is the
+    approved one and until `expires`."""
+    return url_for("media.get", sha256=sha256, c=content_id, v=version, expires=expires,
+                   signature=_mac(sha256, content_id, version, expires))
 
 
 def _signed_link_age() -> int | None:
-    """Seconds the request's signed link stays valid; None without one; 403 for a bad or expired link."""
-    expires, signature = request.args.get("expires"), request.args.get("signature")
-    if expires is None and signature is None:
+    """Seconds the request's signed link stays valid; None without one; 403 for a bad or expired link, 410 for
+    a link whose version is no longer the approved one (withdrawn, or a newer version approved)."""
+    args = request.args
+    if args.get("expires") is None and args.get("signature") is None:
         return None
-    sha256 = request.view_args["sha256"]
-    if not expires or not signature or not _EXPIRES.match(expires) \
-            or not hmac.compare_digest(signature.encode(), _mac(sha256, int(expires)).encode()):
+    sha256, signature = request.view_args["sha256"], args.get("signature") or ""
+    try:
+        content_id = whole(args.get("c"), "c", low=1, high=MAX_ID)
+        version = whole(args.get("v"), "v", low=1, high=MAX_VERSION)
+        expires = whole(args.get("expires"), "expires", low=0, high=10**12)
+    except InvalidInput:
+        content_id = version = expires = None
+    if expires is None or not hmac.compare_digest(signature.encode(),
+                                                  _mac(sha256, content_id, version, expires).encode()):
         raise Problem(403, "invalid_link", "this media link is not valid; take the links of a fresh delivery manifest")
-    left = int(expires) - int(time.time())
+    left = expires - int(time.time())
     if left <= 0:
         raise Problem(403, "link_expired", "this media link has expired; fetch the delivery manifest again for "
                                            "fresh links")
+    content = db.one(get_conn(), "contents_get", {"content_id": content_id})
+    if content is None or content["approved_version"] != version:
+        raise Problem(410, "link_withdrawn", f"this link was issued for version {version} of content {content_id}, "
+                                             "which is no longer the approved version; fetch the delivery manifest "
+                                             "again")
     return left
 
 
@@ -83,7 +102,7 @@ def _may_read() -> None:
 
 @bp.get("/media/<string:sha256>")
 def get(sha256: str) -> Response:
-    if not _SHA.match(sha256):
+    if not _SHA.fullmatch(sha256):
         abort(404, description="no such media")
     left = _signed_link_age()
     if left is None:
@@ -91,7 +110,7 @@ def get(sha256: str) -> Response:
     asset = db.one(get_conn(), "assets_get", {"sha256": sha256})
     if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")
-    cache = PRIVATE if left is None else f"public, max-age={left}, immutable"
+    cache = PRIVATE if left is None else delivery_cache(left)
     name = download_name(asset["media_type"]) or f"{sha256[:16]}.{extension(asset['media_type'])}"
     attach = asset["media_type"] == "application/zip"
     url = storage.presigned_asset_url(settings(), sha256, media_type=asset["media_type"], cache_control=cache,
@@ -109,7 +128,7 @@ def get(sha256: str) -> Response:
     return response
 
 
-_NAME = re.compile(r"^[\w.-]{1,120}$")
+_NAME = re.compile(r"[\w.-]{1,120}")
 
 
 def download_name(media_type: str) -> str | None:
@@ -118,7 +137,7 @@ def download_name(media_type: str) -> str | None:
     name = request.args.get("name")
     if name is None:
         return None
-    if not _NAME.match(name) or name.startswith("."):
+    if not _NAME.fullmatch(name) or name.startswith("."):
         abort(404, description="no such media")
     return f"{name.rsplit('.', 1)[0]}.{extension(media_type)}"
 
@@ -143,16 +162,26 @@ def _send(sha256: str, asset: dict, name: str, attach: bool) -> Response:
     return response.make_conditional(request)
 
 
+def delivery_cache(left: int) -> str:
+    """Cache-Control of a medium served by a signed link. `private` (the default, MEDIA_LINK_CACHE): no shared
+    cache keeps it, and a browser asks again on every use (its ETag makes that a 304), so a withdrawn approval
+    takes effect at once. `public`: any cache may keep it until the link expires, withdrawal or not."""
+    if settings().media_link_cache == "public":
+        return f"public, max-age={left}, immutable"
+    return "private, no-cache"
+
+
 def sign_delivery(doc: dict) -> dict:
-    """The delivery manifest with signed, expiring links to its media and bundle (saved as `<title>-v<version>.zip`)."""
-    expires = link_expiry()
+    """The delivery manifest with signed, expiring links to its media and bundle (saved as `<title>-v<version>.zip`),
+    each bound to the manifest's content and version."""
+    expires, content_id, version = link_expiry(), doc["content_id"], doc["version"]
     for block in doc["blocks"]:
         for label in ("image", "audio"):
             if block[label].get("sha256"):
-                block[label]["url"] = signed_url(block[label]["sha256"], expires)
+                block[label]["url"] = signed_url(block[label]["sha256"], expires, content_id, version)
     if doc["bundle"].get("sha256"):
         doc["bundle"]["file_name"] = content_download_name(doc["title"], doc["version"])
-        doc["bundle"]["url"] = signed_url(doc["bundle"]["sha256"], expires) + "&" + urlencode(
+        doc["bundle"]["url"] = signed_url(doc["bundle"]["sha256"], expires, content_id, version) + "&" + urlencode(
             {"name": doc["bundle"]["file_name"]})
     doc["urls_expire_at"] = datetime.fromtimestamp(expires, timezone.utc)
     return doc

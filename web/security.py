@@ -2,7 +2,8 @@
 
 Every answer (HTML pages above all) gets a Content-Security-Policy that allows only this
 origin and no framing, `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff` and
-`Referrer-Policy: same-origin`; over https also `Strict-Transport-Security`.
+`Referrer-Policy: same-origin`; over https also `Strict-Transport-Security`. Every page and JSON
+answer that sets no `Cache-Control` of its own gets `no-store` (media set theirs: web/media.py).
 
 Behind a TLS-terminating reverse proxy, `TRUSTED_PROXIES=N` (the number of proxies in
 front of the app) lets Werkzeug's ProxyFix take the client address, scheme, host and
@@ -37,9 +38,16 @@ LOOPBACK_NAMES = {"localhost"}
 def _headers(response: Response) -> Response:
     for name, value in HEADERS.items():
         response.headers.setdefault(name, value)
+    if "Cache-Control" not in response.headers and _page_or_data(response.mimetype or ""):
+        # drafts, prompts, receipts, keys' pages: nothing a shared cache (or the browser's disk) may keep
+        response.headers["Cache-Control"] = "no-store"
     if request.is_secure:
         response.headers.setdefault("Strict-Transport-Security", HSTS)
     return response
+
+
+def _page_or_data(mimetype: str) -> bool:
+    return mimetype == "text/html" or mimetype.endswith("json")
 
 
 def _loopback_address(text: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import jsonify, render_template, request
 
 from pipeline import overview, spend
-from pipeline.core.errors import InvalidInput
+from web import inputs
 from web.api import bp as api_bp
 from web.auth import require
 from web.db import get_conn, settings
@@ -33,11 +33,7 @@ def spend_of_content(content_id: int):
 
 @ui_bp.get("/spend")
 def spend_page():
-    raw = request.args.get("content", "")
-    content_id = None
-    if raw:
-        if not raw.isdigit() or len(raw) > 18:
-            raise InvalidInput(f"content={raw!r} is not a content id; use a whole number", field="content")
-        content_id = int(raw)
+    content_id = inputs.arg_int("content", None, low=1, what="a content id")
+    if content_id is not None:
         overview.content(get_conn(), content_id)   # NotFound for an unknown content
     return render_template("spend.html", s=spend.report(get_conn(), settings(), content_id))

@@ -9,17 +9,18 @@ The delivery page shows the same signed, expiring media links as the API's manif
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, g, redirect, render_template, request, url_for
+from flask import Blueprint, abort, g, make_response, redirect, render_template, request, url_for
 from flask_babel import gettext
 from werkzeug.wrappers import Response
 
-from pipeline import demo, keys, overview, review, storage
+from pipeline import demo, keys, overview, review, signins, storage
 from pipeline.core.content import LIMITS, download_name
 from pipeline.core.errors import Conflict
+from pipeline.log import log
 from web import i18n
 from web.auth import check_csrf, csrf_token, session_principal, sign_in, sign_out
 from web.db import get_conn, settings
-from web.inputs import search_query
+from web.inputs import MAX_OFFSET, arg_int, search_query
 from web.media import sign_delivery
 
 bp = Blueprint("ui", __name__)
@@ -63,10 +64,25 @@ def signin():
 
 @bp.post("/signin")
 def signin_post():
+    address = request.remote_addr or ""
+    wait = signins.throttled(get_conn(), address)
+    if wait:
+        log("signin_throttled", address=address)
+        response = make_response(render_template("signin.html", error=gettext(
+            "Too many failed sign-ins from your address; try again in a few minutes."),
+            next=request.form.get("next", "")), 429)
+        response.headers["Retry-After"] = str(wait)
+        return response
     principal = keys.authenticate(get_conn(), request.form.get("api_key", "").strip())
-    if principal is None:
-        return render_template("signin.html", error=gettext("That key is unknown or revoked."),
-                               next=request.form.get("next", "")), 401
+    if principal is None or not principal.may("read"):
+        signins.failed(get_conn(), address)
+        log("signin_failed", address=address, reason="unknown key" if principal is None else "role without read")
+        error = (gettext("That key is unknown or revoked.") if principal is None else
+                 gettext("That key may only fetch deliveries through the API; sign in with an editor, reviewer or "
+                         "admin key."))
+        return render_template("signin.html", error=error, next=request.form.get("next", "")), 401
+    log("signin", address=address, owner=principal.owner, key_id=principal.key_id)
+    signins.sweep(get_conn())
     sign_in(principal)
     i18n.remember(request.form)
     return redirect(_safe_next(request.form.get("next")), code=303)
@@ -80,9 +96,8 @@ def signout():
 
 @bp.get("/")
 def contents():
-    offset = request.args.get("offset", 0, type=int)
-    page = overview.contents_list(get_conn(), limit=PAGE_SIZE, offset=max(0, min(offset, 10**9)),
-                                  query=search_query())
+    offset = arg_int("offset", 0, low=0, high=MAX_OFFSET)
+    page = overview.contents_list(get_conn(), limit=PAGE_SIZE, offset=offset, query=search_query())
     return render_template("contents.html", page=page, themes=demo.themes(), scenarios=list(demo.SCENARIOS))
 
 

@@ -17,7 +17,7 @@ from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLi
 from web import i18n
 from web.api import send_fast
 from web.db import get_conn, settings
-from web.inputs import check_storable
+from web.inputs import MAX_VERSION, check_storable, whole
 from web.ui import _safe_next, bp, need
 from web.words import refusal
 
@@ -63,7 +63,8 @@ def reuse_summary(board: dict) -> str:
 def _save(content_id: int | None):
     need("edit")
     body = form_draft(request.form)
-    base = request.form.get("base_version", type=int)
+    raw_base = request.form.get("base_version")
+    base = None if not raw_base else whole(raw_base, "base_version", low=1, high=MAX_VERSION, what="a version number")
     content = overview.content(get_conn(), content_id) if content_id else None
     try:
         check_storable(body)
@@ -98,7 +99,8 @@ def _back_to_board(content_id: int, version: int):
 def approve(content_id: int, version: int):
     need("review")
     try:
-        review.approve(get_conn(), content_id, version, actor=g.user.owner)
+        review.approve(get_conn(), content_id, version, actor=g.user.owner, key_id=g.user.key_id,
+                       allow_self=settings().allow_self_approval)
         flash(gettext("Version %(version)s is approved; it is what the delivery serves now.", version=version), "ok")
     except Conflict as exc:
         flash(refusal(gettext("Not approved"), exc), "error")

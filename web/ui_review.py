@@ -16,7 +16,7 @@ from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLi
 from web.api import send_fast
 from web.api_review import attention_filters, compared, page_args
 from web.db import get_conn, settings
-from web.inputs import check_storable
+from web.inputs import check_storable, id_list
 from web.ui import bp, need
 from web.words import refusal
 
@@ -106,7 +106,7 @@ def attention_page():
 @bp.post("/attention")
 def attention_bulk():
     need("edit")
-    ids = [int(i) for i in request.form.getlist("task_id") if i.isdigit() and len(i) <= 18]
+    ids = id_list(request.form.getlist("task_id"), "task_id")
     action = request.form.get("action")
     back = redirect(request.form.get("back") if (request.form.get("back") or "").startswith("/attention")
                     else url_for("ui.attention_page"), code=303)

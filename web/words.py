@@ -26,6 +26,8 @@ CODE_WORDS = {
     "idempotency_key_reused": _l("This request key was already used for a different request"),
     "older_than_approved": _l("A newer version is already approved; approve that one or a newer one"),
     "version_incomplete": _l("This version cannot be approved until every image and narration has succeeded"),
+    "self_approval": _l("You saved this version; another person must approve it"),
+    "link_withdrawn": _l("This link's version is no longer the approved one; fetch the delivery again"),
     "stale": _l("It changed while you were acting on it; reload the page and try again"),
     "stale_transition": _l("It changed while you were acting on it; reload the page and try again"),
     "invalid_transition": _l("Only failed or unknown tasks can be retried, and only unknown ones marked as failed"),

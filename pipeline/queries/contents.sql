@@ -20,8 +20,9 @@ UPDATE versions v SET approved_at = coalesce(v.approved_at, now()), approved_by 
 FROM approved WHERE v.content_id = approved.id AND v.version = %(version)s
 RETURNING v.content_id, v.version, v.approved_at, v.approved_by;
 
--- versions_by_save_key: the version an earlier save with this Idempotency-Key created
-SELECT content_id, version, save_digest, lane FROM versions WHERE save_key = %(save_key)s;
+-- versions_by_save_key: the version an earlier save of this API key with this Idempotency-Key created
+SELECT content_id, version, save_digest, lane FROM versions
+WHERE coalesce(saved_by_key, 0) = coalesce(%(key_id)s::bigint, 0) AND save_key = %(save_key)s;
 
 -- versions_insert: a save's immutable snapshot and its content's version number, in one statement: a new content
 -- item at version 1 (no `content_id`), or the next version only if the editor saw the latest one (an optimistic lock

@@ -24,3 +24,17 @@ DELETE FROM web_sessions WHERE key_id = %(key_id)s;
 -- web_sessions_sweep: forget sessions that can no longer be used
 DELETE FROM web_sessions
 WHERE expires_at < now() OR seen_at < now() - make_interval(secs => %(idle_seconds)s);
+
+-- signin_failures_add: count a failed sign-in from an address; a window older than `window` seconds starts again
+INSERT INTO signin_failures AS f (address, failures, since) VALUES (%(address)s, 1, now())
+ON CONFLICT (address) DO UPDATE
+SET failures = CASE WHEN f.since < now() - make_interval(secs => %(window)s) THEN 1 ELSE f.failures + 1 END,
+    since = CASE WHEN f.since < now() - make_interval(secs => %(window)s) THEN now() ELSE f.since END;
+
+-- signin_failures_wait: seconds an address must wait before it may try again (no row: it may try now)
+SELECT ceil(extract(epoch FROM since + make_interval(secs => %(window)s) - now()))::integer AS wait
+FROM signin_failures
+WHERE address = %(address)s AND failures >= %(limit)s AND since > now() - make_interval(secs => %(window)s);
+
+-- signin_failures_sweep: forget windows that ended
+DELETE FROM signin_failures WHERE since < now() - make_interval(secs => %(window)s);

@@ -80,8 +80,9 @@ def test_delivery_after_approval_is_the_manifest_with_signed_urls(api, work):
     assert body["version"] == 1 and [b["key"] for b in body["blocks"]] == ["b1", "b2"]
     for block in body["blocks"]:
         for label in ("image", "audio"):
-            assert block[label]["url"].startswith(f"/media/{block[label]['sha256']}?expires=")
-    assert body["bundle"]["url"].startswith(f"/media/{body['bundle']['sha256']}?expires=")
+            assert block[label]["url"].startswith(f"/media/{block[label]['sha256']}?c={created['content_id']}&v=1"
+                                                  "&expires=")
+    assert body["bundle"]["url"].startswith(f"/media/{body['bundle']['sha256']}?c={created['content_id']}&v=1")
     assert "&signature=" in body["bundle"]["url"] and body["urls_expire_at"]
     # the consuming app needs no key for them
     assert api.client.get(body["bundle"]["url"]).status_code == 200

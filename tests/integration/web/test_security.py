@@ -28,7 +28,6 @@ from testkit.helpers import lesson, wait_until
 from testkit.webapp import TEST_SECRET, Api, make_app
 from tests.integration.web.test_ui import csrf_of, page, post, sign_in
 from web import create_app
-from web.media import signed_url
 
 ROOT = Path(__file__).resolve().parents[3]
 OLD_PUBLIC_SECRET = "dev-only-secret-change-me"   # what pipeline/settings.py used to hold
@@ -239,37 +238,7 @@ def test_a_drafts_media_needs_a_session_or_a_key(app, api, asset, tokens, conn):
     assert client.get("/media/" + "0" * 64).status_code == 404
 
 
-def test_a_signed_delivery_link_works_without_a_key_until_it_expires(app, asset, monkeypatch):
-    client = app.test_client()
-    with app.test_request_context():
-        url = signed_url(asset, int(time.time()) + 120)
-        other = signed_url(MediaStore(app.config["SETTINGS"].media_dir).put(b"other"), int(time.time()) + 120)
-    response = client.get(url)
-    assert response.status_code == 200
-    cache = response.headers["Cache-Control"]
-    assert cache.startswith("public") and "immutable" in cache
-    assert 0 < int(re.search(r"max-age=(\d+)", cache).group(1)) <= 120
-    # then it expires
-    later = time.time() + 121
-    monkeypatch.setattr("web.media.time.time", lambda: later)
-    expired = client.get(url)
-    assert expired.status_code == 403 and expired.json["error"]["code"] == "link_expired"
-
-
-@pytest.mark.parametrize("tamper", ["signature", "expires", "sha256", "secret"])
-def test_a_tampered_link_is_refused(app, asset, database_url, redis_url, media_dir, tamper):
-    with app.test_request_context():
-        url = signed_url(asset, int(time.time()) + 600)
-    if tamper == "signature":
-        url = url[:-1] + ("0" if url[-1] != "0" else "1")
-    elif tamper == "expires":
-        url = re.sub(r"expires=(\d+)", lambda m: f"expires={int(m.group(1)) + 3600}", url)
-    elif tamper == "sha256":
-        url = url.replace(asset, hashlib.sha256(b"another asset").hexdigest())
-    else:
-        app = make_app(database_url, redis_url, media_dir, SECRET_KEY="another-secret-" + "x" * 32)
-    response = app.test_client().get(url)
-    assert response.status_code == 403 and response.json["error"]["code"] == "invalid_link"
+# the signed links themselves: tests/integration/web/test_delivery_links.py
 
 
 def test_the_manifest_links_expire_after_the_configured_ttl(database_url, redis_url, media_dir, tokens, work):
