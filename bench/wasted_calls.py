@@ -165,7 +165,7 @@ def key_for(tag: str) -> str:
 # -- ours --------------------------------------------------------------------------------------------
 
 def ours_env(stack: Stack, fake: FakeProviderServer) -> dict[str, str]:
-    provider = {"PROVIDER": "openai", "BASE_URL": fake.base_url, "READ_TIMEOUT": str(READ_TIMEOUT),
+    provider = {"PROVIDER": "openai", "DAILY_BUDGET": "unlimited", "BASE_URL": fake.base_url, "READ_TIMEOUT": str(READ_TIMEOUT),
                 "CONNECT_TIMEOUT": "1"}
     env = stack.env(LEASE_SECONDS="3", HEARTBEAT_SECONDS="0.5", DISPATCH_CLAIM_SECONDS="2", LOST_DISPATCH_SECONDS="3",
                     IMAGE_API_KEY="sk-bench-image", TTS_API_KEY="sk-bench-tts",

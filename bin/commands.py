@@ -164,6 +164,9 @@ def keys_main(argv: list[str]) -> int:
     sub.add_parser("list", help="list keys by id (nothing of the keys themselves is stored)")
     revoke = sub.add_parser("revoke", help="revoke a key by id; its UI sessions end at once")
     revoke.add_argument("key_id", type=int)
+    revoke.add_argument("--cancel-pending", action="store_true", help=(
+        "also cancel the work no worker has started of every version the key saved (recorded, and listed on "
+        "the attention page as 'revoked'); calls already running finish"))
     args = parser.parse_args(argv)
     cfg = _settings()
     from pipeline import keys
@@ -182,6 +185,11 @@ def keys_main(argv: list[str]) -> int:
             else:
                 info = keys.revoke(conn, args.key_id)
                 print(f"revoked key {info.id} of {info.owner} ({info.role})")
+                if args.cancel_pending:
+                    cancelled = keys.cancel_pending(conn, info.id, actor=f"bin/keys (revoked key {info.id})")
+                    for content_id, version, n in cancelled:
+                        print(f"cancelled version {version} of content {content_id}: {n} tasks not started")
+                    print(f"cancelled the unstarted work of {len(cancelled)} versions")
     except (InvalidInput, NotFound) as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1

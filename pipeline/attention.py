@@ -2,7 +2,8 @@
 bulk actions that are safe.
 
 The list is the view `tasks_needing_attention` (schema/0008): tasks of current versions whose outcome is
-unknown, that failed, that a budget paused, or that still wait past their deadline. Each row says which
+unknown, that failed, that a budget paused, that still wait past their deadline, or that were cancelled
+when the key that saved them was revoked. Each row says which
 actions a person may take (`ACTIONS`). Bulk actions are only the safe ones: retrying failed tasks (all or
 nothing: one transaction, one admission check, so over capacity it is 503 and nothing changes) and closing
 unknown tasks as failed with one note. An `unknown` task is never retried in bulk: a retry of it may pay
@@ -19,11 +20,12 @@ from pipeline import db, review
 from pipeline.core.errors import Conflict, InvalidInput, NotFound
 from pipeline.settings import Settings
 
-PROBLEMS = ("unknown", "failed", "budget", "stuck")
+PROBLEMS = ("unknown", "failed", "budget", "stuck", "revoked")
 KINDS = ("image", "tts", "bundle")
 # What a person may do with a task, by its problem.
 ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retry",),
-           "budget": ("cancel_version",), "stuck": ("cancel_version",)}
+           "budget": ("cancel_version",), "stuck": ("cancel_version",),
+           "revoked": ()}   # cancelled with its revoked key: save it again under a live key if it is still wanted
 MAX_BULK = 200
 
 
@@ -60,7 +62,8 @@ def check_ids(task_ids: object) -> list[int]:
     return list(dict.fromkeys(task_ids))
 
 
-def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *, actor: str) -> Bulk:
+def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *, actor: str,
+                 key_id: int | None = None) -> Bulk:
     """Retry every failed task of the list in one transaction; unknown ones are refused (`needs_consent`).
 
     CapacityExceeded from the admission of any of them rolls back all of them (503, nothing changed).
@@ -75,7 +78,7 @@ def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *
                                                 "accepting the risk of a duplicate charge"})
                 continue
             try:
-                reopened = review.retry(conn, task_id, cfg, actor=actor)
+                reopened = review.retry(conn, task_id, cfg, actor=actor, key_id=key_id)
             except (Conflict, NotFound) as exc:
                 bulk.refused.append({"task_id": task_id, "code": getattr(exc, "code", "not_found"),
                                      "message": str(exc)})

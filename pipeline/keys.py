@@ -103,6 +103,21 @@ def revoke(conn: psycopg.Connection, key_id: int) -> KeyInfo:
     return KeyInfo(**row)
 
 
+def cancel_pending(conn: psycopg.Connection, key_id: int, *, actor: str) -> list[tuple[int, int, int]]:
+    """Cancel the work no worker has started of every version the key saved (a revoked key's queued work
+    would otherwise go on spending): each version's cancel is recorded as any other (events, actor), names the
+    key, and lists its tasks on the attention page ('revoked'). Calls already running finish and are kept.
+    Returns (content, version, tasks cancelled now) per version."""
+    from pipeline import versions   # saving imports a good part of the pipeline; keys is imported by the web's auth
+    done = []
+    for row in db.all(conn, "versions_waiting_of_key", {"key_id": key_id}):
+        with conn.transaction():
+            cancelled = versions.cancel(conn, row["content_id"], row["version"], actor=actor)
+            db.execute(conn, "versions_mark_cancelled_with_key", {**row, "key_id": key_id})
+        done.append((row["content_id"], row["version"], cancelled))
+    return done
+
+
 def authenticate(conn: psycopg.Connection, token: str | None) -> Principal | None:
     """The principal a token belongs to, or None for a missing, unknown or revoked token."""
     if not token or len(token) > 200:

@@ -56,7 +56,8 @@ def _replayable(conn: psycopg.Connection, task_id: int) -> dict:
 
 
 def replay(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str, why: str,
-           extend_deadline_seconds: float | None = None, now: datetime | None = None) -> Replayed:
+           extend_deadline_seconds: float | None = None, now: datetime | None = None,
+           key_id: int | None = None) -> Replayed:
     """Replay a dead-lettered task; CapacityExceeded (nothing changed) when the system is full."""
     with conn.transaction():
         task = _replayable(conn, task_id)
@@ -76,7 +77,7 @@ def replay(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
             extended = [r["id"] for r in db.all(conn, "tasks_extend_waiting_dependents",
                                                 {"task_id": task_id, "deadline_at": deadline})]
         _record_event(conn, row, record, letter, actor=actor, why=why, dependents=extended)
-        outbox = readmit(conn, cfg, row)
+        outbox = readmit(conn, cfg, row, key_id)
     return Replayed(record["id"], task_id, letter["id"], row["status"], record["first_attempt"],
                     record["max_attempts"], task["deadline_at"], deadline, outbox)
 

@@ -164,7 +164,7 @@ def _task_for_action(conn: psycopg.Connection, task_id: int, target: TaskStatus)
 
 
 def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
-          accept_duplicate_risk: bool = False) -> Reopened:
+          accept_duplicate_risk: bool = False, key_id: int | None = None) -> Reopened:
     """An editor sends a failed task (or, accepting the risk, an unknown one) back to `ready`.
 
     The attempt budget reopens (`max_attempts = attempts + MAX_ATTEMPTS`) and the task gets a fresh
@@ -188,16 +188,17 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
                task_id=task_id, details={"dead_letter": dead, "max_attempts": row["max_attempts"]} if dead
                else {"max_attempts": row["max_attempts"]})
         db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
-        outbox = readmit(conn, cfg, row)
+        outbox = readmit(conn, cfg, row, key_id)
     return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"], outbox)
 
 
-def readmit(conn: psycopg.Connection, cfg: Settings, row: dict) -> tuple[int, ...]:
+def readmit(conn: psycopg.Connection, cfg: Settings, row: dict, key_id: int | None = None) -> tuple[int, ...]:
     """A task an editor sent back to `ready` (a retry, a replay), in the caller's transaction: it passes
     admission like a save's work (CapacityExceeded: the caller rolls back, nothing changes), and its message
     is queued, in the interactive lane whatever lane its version was saved in, unless it still waits for a
-    dependency. The outbox ids the caller may send at once."""
-    versions.admit(conn, cfg, 1, lanes.INTERACTIVE)
+    dependency; what it may cost is booked against `key_id`'s daily spend (pipeline/keyspend.py). The outbox ids
+    the caller may send at once."""
+    versions.admit(conn, cfg, 1, lanes.INTERACTIVE, key_id=key_id, task_ids=[row["id"]])
     if db.scalar(conn, "tasks_unmet_dependencies", {"task_id": row["id"]}):
         return ()
     added = db.one(conn, "outbox_add", {"task_id": row["id"], "lane": lanes.INTERACTIVE,

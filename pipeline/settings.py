@@ -136,6 +136,7 @@ class Settings:
     key_saves_per_minute: int = 60             # saves one key may make per minute
     lab_api_key: str | None = field(default=None, repr=False)
     content_budget: float | None = None    # spend limit per content, in the unit of *_COST_PER_CALL
+    key_daily_spend: float | None = None   # what one API key's actions may book per UTC day (pipeline/keyspend.py)
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
@@ -256,7 +257,7 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
         "call_timeout": ("CALL_TIMEOUT", _float(f"{prefix}_CALL_TIMEOUT", 0.1, 3600)),
         "max_bytes": ("MAX_BYTES", _int(f"{prefix}_MAX_BYTES", 1024, 2**31)),
         "cost_per_call": ("COST_PER_CALL", _float(f"{prefix}_COST_PER_CALL", 0, 1000)),
-        "daily_budget": ("DAILY_BUDGET", _float(f"{prefix}_DAILY_BUDGET", 0, 1e9)),
+        "daily_budget": ("DAILY_BUDGET", _budget(f"{prefix}_DAILY_BUDGET")),
     }
     values = _read(env, {k: (f"{prefix}_{suffix}", parse) for k, (suffix, parse) in spec.items()})
     backend = values.get("backend", default.backend)
@@ -266,7 +267,27 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
     if result.backend == "openai" and not (result.base_url and result.api_key):
         raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL (such as https://api.openai.com/v1) "
                           f"and {prefix}_API_KEY")
+    if result.backend in PAID_BACKENDS and not env.get(f"{prefix}_DAILY_BUDGET"):
+        raise ConfigError(f"{prefix}_PROVIDER={result.backend} is a paid provider and needs a spend cap: set "
+                          f"{prefix}_DAILY_BUDGET (per UTC day, in the unit of {prefix}_COST_PER_CALL), or "
+                          f"{prefix}_DAILY_BUDGET=unlimited to say there is none")
+    if result.daily_budget is not None and result.cost_per_call <= 0 and result.backend in PAID_BACKENDS:
+        raise ConfigError(f"{prefix}_DAILY_BUDGET={result.daily_budget:g} can never be reached while "
+                          f"{prefix}_COST_PER_CALL is 0: set what a call costs, in the budget's unit")
     return result
+
+
+PAID_BACKENDS = ("openai",)   # providers that charge for a call: they never start without a spend cap
+UNLIMITED = "unlimited"
+
+
+def _budget(name: str) -> Callable[[str], float | None]:
+    """A spend limit: a number, or `unlimited` said explicitly (None)."""
+    number = _float(name, 0, 1e9)
+
+    def parse(raw: str) -> float | None:
+        return None if raw.strip().lower() == UNLIMITED else number(raw)
+    return parse
 
 
 def _options(env: Mapping[str, str], prefix: str) -> tuple[tuple[str, str], ...]:
@@ -387,6 +408,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "key_saves_per_minute": ("KEY_SAVES_PER_MINUTE", _int("KEY_SAVES_PER_MINUTE", 1, 1_000_000)),
         "lab_api_key": ("LAB_API_KEY", _secret("LAB_API_KEY")),
         "content_budget": ("CONTENT_BUDGET", _float("CONTENT_BUDGET", 0, 1e9)),
+        "key_daily_spend": ("KEY_DAILY_SPEND", _budget("KEY_DAILY_SPEND")),
         "budget_recheck_seconds": ("BUDGET_RECHECK_SECONDS", _float("BUDGET_RECHECK_SECONDS", 0.1, 86_400)),
     }
     values = _read(env, spec)

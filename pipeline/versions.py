@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from datetime import datetime, timedelta, timezone
 from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, dispatch, tasks, lanes
+from pipeline import db, dispatch, keyspend, tasks, lanes
 from pipeline.overview import FINISHED, version_status
 from pipeline.core.content import Draft, ProviderInfo, carry_regenerations, check_speakable, plan_tasks, stamped
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
@@ -153,6 +154,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     superseded = [] if number == 1 else tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
                                                               reason=f"superseded by version {number}")
     queued = _insert_tasks(conn, plan, content_id, number, version, cfg, claim)
+    keyspend.book(conn, cfg, key_id, content_id=content_id, version=number)
     _admit(conn, cfg, len(plan), lane, key_id, flush_later=flush_later)
     return Saved(content_id, number, created=True, superseded=len(superseded), lane=lane), queued
 
@@ -172,11 +174,14 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: 
         "claim_token": claim, "claim_seconds": cfg.dispatch_claim_seconds})
 
 
-def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str) -> None:
+def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, *, key_id: int | None = None,
+          task_ids: list[int] | None = None) -> None:
     """Admission of `adding` tasks the calling transaction has added (a retry, a replay): CapacityExceeded
-    when the shared limit would be passed, and the transaction must then roll back."""
+    when the shared limit would be passed, KeyLimitReached when the key's daily spend would (booking what
+    `task_ids` may cost), and the transaction must then roll back."""
     try:
         with conn.transaction():   # a savepoint, so that the refusal's Retry-After can still be read
+            keyspend.book(conn, cfg, key_id, task_ids=task_ids)
             _admit(conn, cfg, adding, lane, None)
     except psycopg.Error as exc:
         raise _refusal(conn, exc, cfg, adding, lane) from None
@@ -199,7 +204,7 @@ def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, key_
         "commit_async": flush_later})
 
 
-REFUSALS = {"MPA01", "MPK01", "MPK02"}   # the SQLSTATEs admit_save refuses with
+REFUSALS = {"MPA01", "MPK01", "MPK02", "MPK03"}   # the SQLSTATEs admit_save and book_key_spend refuse with
 
 
 def _refusal(conn: psycopg.Connection, exc: psycopg.Error, cfg: Settings, adding: int, lane: str) -> Exception:
@@ -211,6 +216,10 @@ def _refusal(conn: psycopg.Connection, exc: psycopg.Error, cfg: Settings, adding
     if exc.sqlstate == "MPK01":
         return KeyLimitReached(f"this key made {cfg.key_saves_per_minute} saves in the last minute, its limit "
                                "(KEY_SAVES_PER_MINUTE)", retry_after=max(1, min(60, found.get("window_left") or 60)))
+    if exc.sqlstate == "MPK03":
+        return KeyLimitReached(f"this key's actions booked {found['booked']:g} of its {found['limit']:g} for today "
+                               f"(KEY_DAILY_SPEND), and this one may cost {found['adding']:g} more; nothing was "
+                               "changed", retry_after=_seconds_to_midnight())
     if exc.sqlstate == "MPK02":
         return KeyLimitReached(f"this key's saves hold {found['pending']} pending tasks with this one; its limit is "
                                f"{cfg.key_max_pending_tasks} (KEY_MAX_PENDING_TASKS)",
@@ -219,6 +228,12 @@ def _refusal(conn: psycopg.Connection, exc: psycopg.Error, cfg: Settings, adding
     return CapacityExceeded(f"{found['pending'] - adding} tasks are pending and this adds {adding}; the limit is "
                             f"{limit}{' for bulk saves' if lane == lanes.BULK else ''}",
                             retry_after=_retry_after(conn, found["pending"] - limit))
+
+
+def _seconds_to_midnight() -> int:
+    now = datetime.now(timezone.utc)
+    return max(1, int((now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now)
+                      .total_seconds()))
 
 
 def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> int:

@@ -249,7 +249,7 @@ def main(argv: list[str]) -> int:
 
 
 def soak_env(database_url: str, redis_url: str, media: Path, provider_url: str) -> dict:
-    common = {"BASE_URL": provider_url, "PROVIDER": "openai", "READ_TIMEOUT": "1", "CONNECT_TIMEOUT": "0.5",
+    common = {"BASE_URL": provider_url, "PROVIDER": "openai", "DAILY_BUDGET": "unlimited", "READ_TIMEOUT": "1", "CONNECT_TIMEOUT": "0.5",
               "MAX_CONCURRENCY": "8"}
     env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media),
            "LEASE_SECONDS": "4", "HEARTBEAT_SECONDS": "1", "LOST_DISPATCH_SECONDS": "3",

@@ -48,7 +48,7 @@ def provider_env(image: FakeProviderServer, tts: FakeProviderServer, limit: int)
     env = {}
     for prefix, fake in (("IMAGE", image), ("TTS", tts)):
         env.update({f"{prefix}_PROVIDER": "openai", f"{prefix}_BASE_URL": fake.base_url,
-                    f"{prefix}_API_KEY": "fake-key",
+                    f"{prefix}_API_KEY": "fake-key", f"{prefix}_DAILY_BUDGET": "unlimited",
                     f"{prefix}_MAX_CONCURRENCY": str(limit), f"{prefix}_RATE_PER_MINUTE": "1000000"})
     env["TTS_VOICE"] = "alloy"
     return env

@@ -103,7 +103,8 @@ def attention_list():
 @require("edit")
 def attention_retry():
     ids = attention.check_ids(inputs.json_object().get("task_ids"))
-    bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.principal.owner)
+    bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.principal.owner,
+                                  key_id=g.principal.key_id)
     send_fast(bulk.outbox_ids)
     return jsonify(bulk.as_dict())
 

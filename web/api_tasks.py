@@ -30,7 +30,8 @@ def get_task(task_id: int):
 def retry_task(task_id: int):
     body = inputs.json_object(required=False)
     accept = inputs.flag(body, "accept_duplicate_risk")
-    reopened = review.retry(get_conn(), task_id, settings(), actor=g.principal.owner, accept_duplicate_risk=accept)
+    reopened = review.retry(get_conn(), task_id, settings(), actor=g.principal.owner, accept_duplicate_risk=accept,
+                            key_id=g.principal.key_id)
     send_fast(reopened.outbox_ids)
     location = url_for("api.get_task", task_id=task_id)
     response = jsonify(task_id=task_id, status=reopened.status, attempts=reopened.attempts,
@@ -56,7 +57,7 @@ def _extension(body: dict) -> int | None:
 def replay_task(task_id: int):
     body = inputs.json_object()
     why = inputs.text(body, "why", MAX_NOTE)
-    done = replay.replay(get_conn(), task_id, settings(), actor=g.principal.owner, why=why,
+    done = replay.replay(get_conn(), task_id, settings(), actor=g.principal.owner, why=why, key_id=g.principal.key_id,
                          extend_deadline_seconds=_extension(body))
     send_fast(done.outbox_ids)
     location = url_for("api.get_task", task_id=task_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
+from pipeline import attention
 from pipeline.core.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
 from pipeline.core.outcome import Reason
 from pipeline.demo import SCENARIOS, themes
@@ -190,7 +191,7 @@ SCHEMAS = {
             "from": {"type": ["object", "null"]}, "to": {"type": ["object", "null"]}}}}}},
     "Attention": {"type": "object", "properties": {
         "items": {"type": "array", "items": {"type": "object", "properties": {
-            "id": {"type": "integer"}, "problem": {"enum": ["unknown", "failed", "budget", "stuck"]},
+            "id": {"type": "integer"}, "problem": {"enum": list(attention.PROBLEMS)},
             "actions": {"type": "array", "items": {"enum": ["retry_with_consent", "resolve_failed", "retry",
                                                              "cancel_version"]}}}}},
         "counts": OBJECT, "total": {"type": "integer"}}},
@@ -238,7 +239,7 @@ def review_paths() -> dict:
         "/api/attention": {"get": op(
             "Tasks that need a person across all contents, with the actions each allows",
             {"200": body(ref("Attention")), **errors(422)}, tag="tasks", params=[
-                query("problem", {"enum": ["unknown", "failed", "budget", "stuck"]}, "only this problem"),
+                query("problem", {"enum": list(attention.PROBLEMS)}, "only this problem"),
                 query("kind", {"enum": ["image", "tts", "bundle"]}, "only this kind"),
                 query("content_id", {"type": "integer", "minimum": 1}, "only this content"), *PAGING])},
         "/api/attention/retry": {"post": op(

@@ -131,7 +131,8 @@ def retry(task_id: int):
     need("edit")
     accept = request.form.get("accept_duplicate_risk") == "yes"
     try:
-        reopened = review.retry(get_conn(), task_id, settings(), actor=g.user.owner, accept_duplicate_risk=accept)
+        reopened = review.retry(get_conn(), task_id, settings(), actor=g.user.owner, accept_duplicate_risk=accept,
+                                key_id=g.user.key_id)
         send_fast(reopened.outbox_ids)
         flash(gettext("Task %(task)s will run again (attempt budget now %(attempts)s), with the duplicate-charge "
                       "risk accepted by you.", task=task_id, attempts=reopened.max_attempts) if accept else
@@ -156,6 +157,7 @@ def replay_task(task_id: int):
     try:
         check_storable(why, "why")
         done = replay.replay(get_conn(), task_id, settings(), actor=g.user.owner, why=why[:MAX_NOTE],
+                             key_id=g.user.key_id,
                              extend_deadline_seconds=EXTENSIONS[extension])
         send_fast(done.outbox_ids)
         flash(gettext("Task %(task)s is replayed from attempt %(attempt)s; its dead letter is kept.",

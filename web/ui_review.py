@@ -116,7 +116,7 @@ def attention_bulk():
     try:
         ids = attention.check_ids(ids)
         if action == "retry":
-            bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.user.owner)
+            bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.user.owner, key_id=g.user.key_id)
             send_fast(bulk.outbox_ids)
         elif action == "resolve" and _note():
             bulk = attention.resolve_unknown(get_conn(), ids, _note(), actor=g.user.owner)

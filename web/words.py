@@ -88,7 +88,7 @@ CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("c
                 "superseded": _l("superseded")}
 # What needs a person (pipeline.attention), and what they may do about it.
 PROBLEM_WORDS = {"unknown": _l("outcome unknown"), "failed": _l("failed"), "budget": _l("paused by a budget"),
-                 "stuck": _l("past its deadline")}
+                 "stuck": _l("past its deadline"), "revoked": _l("cancelled: its key was revoked")}
 ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible second charge"),
                           "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
                           "cancel_version": _l("cancel the version, or raise the budget")}

@@ -96,3 +96,12 @@ WITH withdrawn AS (
 UPDATE versions v SET approved_at = NULL, approved_by = NULL
 FROM withdrawn WHERE v.content_id = withdrawn.id AND v.version = %(version)s
 RETURNING v.content_id, v.version;
+
+-- versions_waiting_of_key: the versions a key saved that still have work no worker has started
+SELECT DISTINCT t.content_id, t.version FROM tasks t
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE v.saved_by_key = %(key_id)s AND t.status IN ('ready', 'retry') AND v.cancel_requested_at IS NULL
+ORDER BY t.content_id, t.version;
+
+-- versions_mark_cancelled_with_key: the version was cancelled because the key that saved it was revoked
+UPDATE versions SET cancelled_with_key = %(key_id)s WHERE content_id = %(content_id)s AND version = %(version)s;

@@ -26,3 +26,15 @@ SELECT pg_advisory_xact_lock(7411004);
 
 -- api_keys_hash_known: whether a token was ever registered, revoked or not (a revoked LAB_API_KEY stays revoked)
 SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = %(key_hash)s) AS known;
+
+-- key_spend_book: book the estimated cost of the paid calls an action of this key may cause (its tasks whose input
+-- has no stored asset) against the key's daily limit (book_key_spend, schema/0013_key_spend.sql); MPK03 when over
+SELECT book_key_spend(%(key_id)s::bigint, %(content_id)s::bigint, %(version)s::integer, %(task_ids)s::bigint[],
+                      %(image_cost)s::numeric, %(tts_cost)s::numeric, %(limit)s::numeric) AS booked;
+
+-- key_spend_today: what each key booked today, most first
+SELECT s.key_id, k.owner, k.role, s.estimated::float AS estimated
+FROM key_spend s LEFT JOIN api_keys k ON k.id = s.key_id
+WHERE s.day = (now() AT TIME ZONE 'UTC')::date
+ORDER BY s.estimated DESC
+LIMIT 100;

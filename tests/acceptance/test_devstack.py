@@ -47,7 +47,8 @@ def test_bin_dev_with_only_provider_url_and_key_turns_a_lesson_into_paid_media(d
     with FakeProviderServer() as fake:
         for prefix in ("IMAGE", "TTS"):
             env.update({f"{prefix}_PROVIDER": "openai", f"{prefix}_BASE_URL": f"{fake.base_url}/v1",
-                        f"{prefix}_API_KEY": f"sk-{prefix.lower()}-dev-stack-test"})
+                        f"{prefix}_API_KEY": f"sk-{prefix.lower()}-dev-stack-test",
+                        f"{prefix}_DAILY_BUDGET": "unlimited"})
         log = open(tmp_path / "dev.log", "wb")
         dev = subprocess.Popen([str(ROOT / "bin" / "dev")], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)

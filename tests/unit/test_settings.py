@@ -31,6 +31,12 @@ def test_defaults_need_no_environment():
     ({"LEASE_SECONDS": "5", "HEARTBEAT_SECONDS": "10"}, "HEARTBEAT_SECONDS"),
     ({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "http://api.example.com/v1", "IMAGE_API_KEY": "k"},
      "IMAGE_BASE_URL.*https://"),
+    ({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1", "IMAGE_API_KEY": "k"},
+     "IMAGE_PROVIDER=openai is a paid provider and needs a spend cap: set IMAGE_DAILY_BUDGET .* "
+     "IMAGE_DAILY_BUDGET=unlimited"),
+    ({"TTS_PROVIDER": "openai", "TTS_BASE_URL": "https://api.example.com/v1", "TTS_API_KEY": "k",
+      "TTS_DAILY_BUDGET": "20"}, "TTS_DAILY_BUDGET=20 can never be reached while TTS_COST_PER_CALL is 0"),
+    ({"KEY_DAILY_SPEND": "lots"}, "KEY_DAILY_SPEND='lots' is not a number"),
     ({"IMAGE_QUALITY": "ultra"}, "IMAGE_QUALITY"),
     ({"IMAGE_OUTPUT_FORMAT": "gif"}, "IMAGE_OUTPUT_FORMAT"),
     ({"TTS_MAX_BYTES": "10"}, "TTS_MAX_BYTES"),
@@ -55,7 +61,8 @@ def test_secrets_stay_out_of_the_repr():
 
 
 OPENAI = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/v1", "IMAGE_API_KEY": "sk-i",
-          "TTS_PROVIDER": "openai", "TTS_BASE_URL": "https://api.openai.com/v1", "TTS_API_KEY": "sk-t"}
+          "TTS_PROVIDER": "openai", "TTS_BASE_URL": "https://api.openai.com/v1", "TTS_API_KEY": "sk-t",
+          "IMAGE_DAILY_BUDGET": "unlimited", "TTS_DAILY_BUDGET": "unlimited"}
 
 
 def test_choosing_openai_takes_its_own_default_models_and_voice_never_the_local_ones():
@@ -84,7 +91,8 @@ def test_model_options_are_read_only_when_set_and_only_for_their_kind():
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1", "http://localhost:8080", "https://llm.example.com"])
 def test_a_base_url_is_https_or_on_this_machine(url):
-    cfg = settings.load({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": url, "IMAGE_API_KEY": "k"})
+    cfg = settings.load({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": url, "IMAGE_API_KEY": "k",
+                         "IMAGE_DAILY_BUDGET": "unlimited"})
     assert cfg.image.base_url == url
 
 
@@ -98,6 +106,15 @@ def test_a_providers_settings_default_to_the_adapters_own_and_reach_it_whole():
     assert {name: getattr(ProviderSettings(), name) for name in shared} == {n: getattr(ADAPTER, n) for n in shared}
     tuned = settings.load({"IMAGE_CONNECT_TIMEOUT": "1.5", "IMAGE_READ_TIMEOUT": "7", "IMAGE_MAX_BYTES": "4096",
                            "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1",
-                           "IMAGE_API_KEY": "sk-x"}).image
+                           "IMAGE_API_KEY": "sk-x", "IMAGE_DAILY_BUDGET": "unlimited"}).image
     assert provider_config(tuned) == ProviderConfig(**{n: getattr(tuned, n) for n in shared},
                                                     base_url="https://api.example.com/v1")
+
+
+def test_a_paid_providers_cap_is_a_number_or_unlimited_said_out_loud():
+    paid = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1", "IMAGE_API_KEY": "k"}
+    assert settings.load({**paid, "IMAGE_DAILY_BUDGET": "unlimited"}).image.daily_budget is None
+    capped = settings.load({**paid, "IMAGE_DAILY_BUDGET": "25", "IMAGE_COST_PER_CALL": "0.04"}).image
+    assert (capped.daily_budget, capped.cost_per_call) == (25.0, 0.04)
+    # the local providers cost nothing and need no cap
+    assert settings.load({}).image.daily_budget is None

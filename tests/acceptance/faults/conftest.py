@@ -24,9 +24,9 @@ def system(database_url, redis_url, tmp_path, fake):
            "SECRET_KEY": "test-only-secret-key-0123456789abcdefghij",
            "LEASE_SECONDS": "3", "HEARTBEAT_SECONDS": "0.5", "BACKOFF_BASE_SECONDS": "0.1",
            "BACKOFF_CAP_SECONDS": "0.5", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2",
-           "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": fake.base_url, "IMAGE_API_KEY": "sk-test-image",
+           "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": fake.base_url, "IMAGE_API_KEY": "sk-test-image", "IMAGE_DAILY_BUDGET": "unlimited",
            "IMAGE_READ_TIMEOUT": "2", "IMAGE_CONNECT_TIMEOUT": "1",
-           "TTS_PROVIDER": "openai", "TTS_BASE_URL": fake.base_url, "TTS_API_KEY": "sk-test-tts",
+           "TTS_PROVIDER": "openai", "TTS_BASE_URL": fake.base_url, "TTS_API_KEY": "sk-test-tts", "TTS_DAILY_BUDGET": "unlimited",
            "TTS_VOICE": "alloy", "TTS_READ_TIMEOUT": "2", "TTS_CONNECT_TIMEOUT": "1"}
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -11,9 +11,9 @@ def system_env(database_url: str, redis_url: str, media_dir, fake_url: str, stor
             "SECRET_KEY": "test-only-secret-key-0123456789abcdefghij",
             "LEASE_SECONDS": "3", "HEARTBEAT_SECONDS": "0.5", "BACKOFF_BASE_SECONDS": "0.1",
             "BACKOFF_CAP_SECONDS": "0.5", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2",
-            "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": fake_url, "IMAGE_API_KEY": "sk-test-image",
+            "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": fake_url, "IMAGE_API_KEY": "sk-test-image", "IMAGE_DAILY_BUDGET": "unlimited",
             "IMAGE_READ_TIMEOUT": "2", "IMAGE_CONNECT_TIMEOUT": "1",
-            "TTS_PROVIDER": "openai", "TTS_BASE_URL": fake_url, "TTS_API_KEY": "sk-test-tts",
+            "TTS_PROVIDER": "openai", "TTS_BASE_URL": fake_url, "TTS_API_KEY": "sk-test-tts", "TTS_DAILY_BUDGET": "unlimited",
             "TTS_VOICE": "alloy", "TTS_READ_TIMEOUT": "2", "TTS_CONNECT_TIMEOUT": "1", **storage_env}
 
 

@@ -336,6 +336,6 @@ def test_a_locale_the_speech_provider_cannot_speak_is_422_naming_the_supported_o
 
 def test_a_speech_provider_that_reads_any_language_accepts_any_locale(database_url, redis_url, tmp_path, tokens):
     app = make_app(database_url, redis_url, tmp_path / "media", TTS_PROVIDER="openai",
-                   TTS_BASE_URL="http://127.0.0.1:9/v1", TTS_API_KEY="k")
+                   TTS_BASE_URL="http://127.0.0.1:9/v1", TTS_API_KEY="k", TTS_DAILY_BUDGET="unlimited")
     api = Api(app.test_client(), tokens)
     assert api.post("/api/contents", json=lesson(1, locale="fr-FR"), role="editor").status_code == 202
