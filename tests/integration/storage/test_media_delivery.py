@@ -10,9 +10,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import requests
 
-from pipeline import db, keys, settings, storage
+from pipeline import db, keys, settings, storage, versions
 from pipeline.db import connect
 from pipeline.core.errors import ConfigError
+from testkit.helpers import draft
 from testkit.webapp import make_app
 from web.media import signed_url
 
@@ -81,14 +82,17 @@ def test_a_signed_delivery_link_redirects_too_and_an_invalid_one_does_not(databa
                                                                           s3_env):
     app = make_app(database_url, redis_url, tmp_path / "media", MEDIA_DELIVERY="redirect", **s3_env)
     sha = put_asset(conn, app.config["SETTINGS"], b"PK\x03\x04 a bundle", "application/zip")
+    # a link is issued for an approved version: a saved one, marked approved as a reviewer would
+    saved = versions.save(conn, draft(1), app.config["SETTINGS"], actor="e")
+    conn.execute("UPDATE contents SET approved_version = 1 WHERE id = %s", (saved.content_id,))
     with app.test_request_context():
-        link = signed_url(sha, int(time.time()) + 600)
+        link = signed_url(sha, int(time.time()) + 600, saved.content_id, 1)
     client = app.test_client()
     answer = client.get(link)
     assert answer.status_code == 302
     fetched = requests.get(answer.headers["Location"], timeout=10)
     assert fetched.content == b"PK\x03\x04 a bundle"
-    assert fetched.headers["Cache-Control"].startswith("public")
+    assert fetched.headers["Cache-Control"] == "private, no-cache"   # the bucket answers as the app would
     assert fetched.headers["Content-Disposition"].startswith("attachment")
     tampered = client.get(link[:-4] + ("0000" if not link.endswith("0000") else "1111"))
     assert tampered.status_code == 403 and "Location" not in tampered.headers

@@ -63,6 +63,7 @@ def test_two_worker_groups_and_a_web_process_share_one_bucket_and_recover_each_o
     url = start_web(web)
     with web.db() as conn:
         _, token = keys.create(conn, "editor@example.com", "admin")
+        _, reviewer = keys.create(conn, "reviewer@example.com", "reviewer")   # a second person approves
     session = requests.Session()
     session.headers["X-API-Key"] = token
     fake.script(Behaviour("hold", seconds=30, endpoint="image"))
@@ -99,7 +100,8 @@ def test_two_worker_groups_and_a_web_process_share_one_bucket_and_recover_each_o
     assert fake.calls_for(idempotency_key(image["fingerprint"], image["id"])).requests == 1
 
     # approved and delivered by the web process, which never shared a disk with either group
-    assert session.post(url + f"/api/contents/{content_id}/versions/1/approve", timeout=10).status_code == 200
+    assert session.post(url + f"/api/contents/{content_id}/versions/1/approve", timeout=10,
+                        headers={"X-API-Key": reviewer}).status_code == 200
     delivery = session.get(url + f"/api/contents/{content_id}/delivery", timeout=10).json()
     anonymous = requests.Session()
     block = delivery["blocks"][0]
