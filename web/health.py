@@ -1,17 +1,22 @@
 """Liveness and readiness: /healthz says the process answers, /readyz checks its dependencies.
 
 /readyz uses the request's PostgreSQL connection and the app's Redis pool (web.db), not new
-connections of its own on every hit; the migration files are read once per process.
+connections of its own on every hit; the migration files are read once per process. What a failing
+check says (a migration's name, a server's error) goes only to this machine or to a caller with
+METRICS_TOKEN; anyone else learns which check fails, not why.
 """
 
 from __future__ import annotations
 
+import hmac
+
 import psycopg
 import redis
-from flask import Blueprint, Flask, current_app, jsonify
+from flask import Blueprint, Flask, current_app, jsonify, request
 
 from pipeline import migrations
 from web.db import get_conn, get_redis
+from web.security import direct_loopback
 
 bp = Blueprint("health", __name__)
 READY_WAIT_SECONDS = 2.0   # a readiness probe answers within its own timeout, like the Redis check's
@@ -62,6 +67,17 @@ def readyz():
     cfg = current_app.config["SETTINGS"]
     checks = {"postgres": _check_postgres(cfg.database_url), "redis": _check_redis(cfg.redis_url)}
     failed = {name: problem for name, problem in checks.items() if problem}
-    body = {"status": "ready" if not failed else "not ready",
-            "checks": {name: (problem or "ok") for name, problem in checks.items()}}
+    shown = {name: (problem or "ok") for name, problem in checks.items()}
+    if not _may_see_detail():   # a migration error or a server's class name is for the operator, not for everyone
+        shown = {name: ("ok" if not problem else "failing") for name, problem in checks.items()}
+    body = {"status": "ready" if not failed else "not ready", "checks": shown}
     return jsonify(body), (503 if failed else 200)
+
+
+def _may_see_detail() -> bool:
+    """The checks' words go to this machine, or to whoever sends METRICS_TOKEN as a bearer token."""
+    token = current_app.config["SETTINGS"].metrics_token
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), token.encode()):
+        return True
+    return direct_loopback()

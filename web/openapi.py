@@ -101,7 +101,8 @@ SCHEMAS = {
     "Progress": {"type": "object", "properties": {"total": {"type": "integer"}, "succeeded": {"type": "integer"},
                                                   "percent": {"type": "integer"}, "counts": OBJECT}},
     "ContentList": {"type": "object", "properties": {"items": {"type": "array", "items": OBJECT},
-                                                     "total": {"type": "integer"}}},
+                                                     "total": {"type": "integer"},
+                                                     "next_before": {"type": ["integer", "null"]}}},
     "Content": {"type": "object", "properties": {"id": {"type": "integer"}, "title": {"type": "string"},
                                                  "current_version": {"type": "integer"},
                                                  "approved_version": {"type": ["integer", "null"]},
@@ -210,7 +211,7 @@ def query(name: str, schema: dict, text: str) -> dict:
 
 
 PAGING = [query("limit", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "items per page"),
-          query("offset", {"type": "integer", "minimum": 0, "default": 0}, "items to skip")]
+          query("offset", {"type": "integer", "minimum": 0, "maximum": 10000, "default": 0}, "items to skip")]
 
 
 def review_paths() -> dict:
@@ -260,7 +261,9 @@ def paths() -> dict:
             "get": op("List content items with progress, newest first; `q` searches titles and text",
                       {"200": body(ref("ContentList")), **errors(422)},
                       params=[query("q", {"type": "string", "maxLength": 200}, "words in the title or the current "
-                                                                                "version's text"), *PAGING]),
+                                                                                "version's text"), *PAGING,
+                              query("before", {"type": "integer", "minimum": 1},
+                                    "keyset paging: the items older than this id (next_before of the page before)")]),
             "post": op("Create a content item (version 1)", {**accepted, **errors(400, 413, 422, 429, 503)},
                        request=ref("ContentInput"), params=[IDEMPOTENCY])},
         "/api/contents/{content_id}": {
@@ -307,12 +310,16 @@ def paths() -> dict:
         "/api/openapi.json": {"get": op("This document", {"200": body(OBJECT)}, auth=False, tag="meta")},
         "/media/{sha256}": {"get": {**op(
             "A stored asset by its sha256: with an API key (or a signed-in session, Cache-Control: private), "
-            "or with the signed, expiring link of a delivery manifest (no key; public cache until it expires)", {
+            "or with the signed, expiring link of a delivery manifest (no key; it serves while its version is the "
+            "approved one)", {
                 "200": {"description": "The asset bytes with their media type"},
                 "403": body(ref("Error"), "The key may not read, or the signed link is invalid or expired"),
-                "404": body(ref("Error"), "No such asset")},
+                "404": body(ref("Error"), "No such asset"),
+                "410": body(ref("Error"), "The signed link's version is no longer the approved one")},
             tag="media", params=[{"name": "sha256", "in": "path", "required": True,
                                   "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+                                 query("c", {"type": "integer", "minimum": 1}, "the content a signed link was issued for"),
+                                 query("v", {"type": "integer", "minimum": 1}, "the version a signed link was issued for"),
                                  {"name": "expires", "in": "query", "required": False,
                                   "schema": {"type": "string", "pattern": "^[0-9]{1,12}$"}},
                                  {"name": "signature", "in": "query", "required": False,

@@ -36,3 +36,15 @@ def test_readyz_is_503_when_migrations_are_missing(empty_database_url, redis_url
     response = _client(empty_database_url, redis_url).get("/readyz")
     assert response.status_code == 503
     assert "migrations missing: 0001_core" in response.json["checks"]["postgres"]
+
+
+def test_readyz_tells_why_only_to_this_machine_or_the_metrics_token(empty_database_url, redis_url):
+    from testkit.webapp import make_app
+    app = make_app(empty_database_url, redis_url, METRICS_TOKEN="r" * 40)
+    outside = app.test_client().get("/readyz", environ_base={"REMOTE_ADDR": "203.0.113.7"})
+    assert outside.status_code == 503
+    assert outside.json["checks"] == {"postgres": "failing", "redis": "ok"}
+    assert "0001_core" not in outside.get_data(as_text=True)
+    with_token = app.test_client().get("/readyz", environ_base={"REMOTE_ADDR": "203.0.113.7"},
+                                       headers={"Authorization": "Bearer " + "r" * 40})
+    assert "migrations missing: 0001_core" in with_token.json["checks"]["postgres"]
