@@ -78,16 +78,20 @@ def like_pattern(query: str | None) -> str | None:
     return "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None) -> dict:
-    """Contents, newest first, a page at a time; `query` searches titles and the current version's text."""
+def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
+                  before: int | None = None) -> dict:
+    """Contents, newest first, a page at a time; `query` searches titles and the current version's text.
+    `before` (keyset paging): the page after the one that ended with that id, `next_before` in the answer."""
     pattern = like_pattern(query)
     with conn.transaction():
-        rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset, "pattern": pattern})
+        rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset, "pattern": pattern,
+                                                  "before": before})
         total = db.scalar(conn, "contents_count", {"pattern": pattern})
     items = [{"id": r["id"], "title": r["title"], "locale": r["locale"], "theme": r["theme"],
               "current_version": r["current_version"], "approved_version": r["approved_version"],
               "updated_at": r["updated_at"], "progress": progress(r["counts"])} for r in rows]
-    return {"items": items, "total": total, "limit": limit, "offset": offset, "query": (query or "").strip() or None}
+    return {"items": items, "total": total, "limit": limit, "offset": offset, "query": (query or "").strip() or None,
+            "next_before": items[-1]["id"] if len(items) == limit else None}
 
 
 def content(conn: psycopg.Connection, content_id: int) -> dict:

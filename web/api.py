@@ -71,7 +71,8 @@ def _save(content_id: int | None) -> Response:
 def list_contents():
     limit, offset = inputs.page_args()
     query = inputs.search_query()
-    return jsonify(overview.contents_list(get_conn(), limit=limit, offset=offset, query=query))
+    before = inputs.arg_int("before", None, low=1, what="a content id")
+    return jsonify(overview.contents_list(get_conn(), limit=limit, offset=offset, query=query, before=before))
 
 
 @bp.post("/contents")

@@ -29,12 +29,13 @@ WHERE coalesce(saved_by_key, 0) = coalesce(%(key_id)s::bigint, 0) AND save_key =
 -- on the content's current version; no row when `base_version` is not the latest or the content is unknown)
 WITH bumped AS (
     UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
-           theme = %(theme)s, updated_at = now()
+           theme = %(theme)s, updated_at = now(), search_text = search_text_of(%(title)s, %(blocks)s)
     WHERE id = %(content_id)s AND current_version = %(base_version)s
     RETURNING id, current_version
 ), created AS (
-    INSERT INTO contents (title, locale, theme, current_version)
-    SELECT %(title)s, %(locale)s, %(theme)s, 1 WHERE %(content_id)s::bigint IS NULL
+    INSERT INTO contents (title, locale, theme, current_version, search_text)
+    SELECT %(title)s, %(locale)s, %(theme)s, 1, search_text_of(%(title)s, %(blocks)s)
+    WHERE %(content_id)s::bigint IS NULL
     RETURNING id, current_version
 ), content AS (
     SELECT id, current_version FROM bumped UNION ALL SELECT id, current_version FROM created

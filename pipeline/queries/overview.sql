@@ -1,7 +1,7 @@
 -- Read models: what the pages and the API show, each a join shaped for one view (pipeline/overview.py).
 
 -- contents_overview: content items, newest first, with the status counts of their current version; with a search
--- pattern, those whose title or current text or image prompt holds it
+-- pattern, those whose title or current text or image prompt holds it; with `before`, those older than that id
 SELECT c.id, c.title, c.locale, c.theme, c.current_version, c.approved_version, c.updated_at,
        coalesce(s.counts, '{}'::jsonb) AS counts, coalesce(s.total, 0) AS total
 FROM contents c
@@ -10,18 +10,12 @@ LEFT JOIN LATERAL (
     FROM (SELECT status, count(*) AS n FROM tasks t
           WHERE t.content_id = c.id AND t.version = c.current_version GROUP BY status) per_status
 ) s ON true
-WHERE %(pattern)s::text IS NULL OR c.title ILIKE %(pattern)s OR EXISTS (
-    SELECT 1 FROM versions v, jsonb_array_elements(v.blocks) b
-    WHERE v.content_id = c.id AND v.version = c.current_version
-      AND (b->>'text' ILIKE %(pattern)s OR b->>'image_prompt' ILIKE %(pattern)s))
+WHERE (%(pattern)s::text IS NULL OR c.search_text ILIKE %(pattern)s)   -- the trigram index contents_search
+  AND (%(before)s::bigint IS NULL OR c.id < %(before)s)               -- keyset: the page after the one ending there
 ORDER BY c.id DESC LIMIT %(limit)s OFFSET %(offset)s;
 
 -- contents_count: how many content items match the search (all without one), for paging
-SELECT count(*) AS n FROM contents c
-WHERE %(pattern)s::text IS NULL OR c.title ILIKE %(pattern)s OR EXISTS (
-    SELECT 1 FROM versions v, jsonb_array_elements(v.blocks) b
-    WHERE v.content_id = c.id AND v.version = c.current_version
-      AND (b->>'text' ILIKE %(pattern)s OR b->>'image_prompt' ILIKE %(pattern)s));
+SELECT count(*) AS n FROM contents c WHERE %(pattern)s::text IS NULL OR c.search_text ILIKE %(pattern)s;
 
 -- versions_of_content: a content item's versions, newest first
 SELECT version, title, saved_by, saved_at, approved_at, approved_by, cancel_requested_at, cancel_requested_by
