@@ -99,3 +99,18 @@ def test_a_regenerations_variation_gives_the_local_image_provider_another_pictur
     plain, again = (encode_webp(render_card("早上七点", 128, 128)) for _ in range(2))
     varied = encode_webp(render_card("早上七点", 128, 128, variation="0f3a"))
     assert plain == again and varied != plain
+
+
+def test_a_diff_of_long_texts_is_bounded_and_still_exact():
+    import time
+    # 100 blocks of 3,000 characters, every one changed in two places: the worst a compare can ask for
+    base = "".join(f"第{i}句，我们在学校学习中文。" for i in range(200))[:3000]
+    pairs = [(base, base.replace("第10句", f"第十句{n}").replace("第150句", "新句子")) for n in range(100)]
+    started = time.process_time()
+    diffs = [text_diff(old, new) for old, new in pairs]
+    assert time.process_time() - started < 5
+    for (old, new), segments in zip(pairs, diffs):
+        assert "".join(s["text"] for s in segments if s["op"] != "insert") == old
+        assert "".join(s["text"] for s in segments if s["op"] != "delete") == new
+        assert any(s["op"] == "insert" and "十" in s["text"] for s in segments)
+        assert any(s["op"] == "insert" and "新" in s["text"] for s in segments)
