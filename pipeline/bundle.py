@@ -6,9 +6,9 @@ timestamps, sorted entries), so an unchanged version reuses its bundle.
 
 from __future__ import annotations
 
-import io
 import json
 import zipfile
+from pathlib import Path
 
 import psycopg
 
@@ -37,17 +37,25 @@ def manifest(conn: psycopg.Connection, content_id: int, version: int) -> dict:
             "blocks": blocks}
 
 
-def build(conn: psycopg.Connection, store: MediaStore, content_id: int, version: int) -> bytes:
+def build(conn: psycopg.Connection, store: MediaStore, content_id: int, version: int, out: Path) -> None:
+    """Write the version's bundle to the file `out`, one medium at a time: each is copied into the archive in
+    pieces as the store hands them out, so no more than a piece of one medium is in memory."""
     doc = manifest(conn, content_id, version)
-    files = {"manifest.json": json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode()}
+    files = {"manifest.json": None}
     for block in doc["blocks"]:
         for label in ("image", "audio"):
-            files[block[label]["file"]] = store.read(block[label]["sha256"])
-    out = io.BytesIO()
+            files[block[label]["file"]] = block[label]["sha256"]
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in sorted(files):
             info = zipfile.ZipInfo(name, date_time=(2000, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_STORED if name.endswith((".webp", ".png", ".jpg", ".mp3")) \
                 else zipfile.ZIP_DEFLATED
-            archive.writestr(info, files[name])
-    return out.getvalue()
+            if files[name] is None:
+                archive.writestr(info, json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True).encode())
+                continue
+            pieces = store.chunks(files[name])
+            if pieces is None:
+                raise FileNotFoundError(f"asset {files[name]} of {name} is not in the media store")
+            with archive.open(info, "w") as entry:
+                for piece in pieces:
+                    entry.write(piece)

@@ -17,11 +17,13 @@ proves the call cost nothing (`policy.unpaid`).
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable, Protocol
 
 import psycopg
@@ -207,8 +209,11 @@ class ProviderExecutor:
     def execute(self, task: Task, attempt: Attempt) -> Asset:
         if task.kind == "bundle":  # local work, nothing is paid: any failure may simply be retried
             try:
-                data = bundle.build(self.conn(), self.store, task.content_id, task.version)
-                return Asset(self.store.put(data), "application/zip", len(data))
+                with tempfile.TemporaryDirectory(prefix="mediapipe-bundle-") as work:
+                    path = Path(work) / "bundle.zip"
+                    bundle.build(self.conn(), self.store, task.content_id, task.version, path)
+                    sha, size = self.store.put_file(path)
+                return Asset(sha, "application/zip", size)
             except (psycopg.Error, OSError, PipelineError) as exc:
                 raise Transient(f"could not build the bundle: {exc}") from exc
         provider = self.providers[task.kind]

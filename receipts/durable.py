@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 
 def fsync_dir(path: Path) -> None:
@@ -27,13 +29,17 @@ def make_dirs(folder: Path) -> None:
         fsync_dir(created.parent)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """After this returns, `path` holds `data` whole, even across a crash or power loss."""
+def write_atomic(path: Path, data: bytes | BinaryIO) -> None:
+    """After this returns, `path` holds `data` (bytes, or everything a readable file holds) whole, even
+    across a crash or power loss."""
     make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                handle.write(data)
+            else:
+                shutil.copyfileobj(data, handle, 1024 * 1024)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

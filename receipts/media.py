@@ -45,6 +45,18 @@ class MediaStore:
             self.objects.put(key, data)
         return sha
 
+    def put_file(self, path: Path) -> tuple[str, int]:
+        """Store a file's bytes without holding them whole (a bundle); its digest and size."""
+        digest, size = hashlib.sha256(), 0
+        with open(path, "rb") as source:
+            while piece := source.read(1024 * 1024):
+                digest.update(piece)
+                size += len(piece)
+        sha, key = digest.hexdigest(), self.key(digest.hexdigest())
+        if self.objects.size(key) != size:
+            self.objects.put_file(key, path)
+        return sha, size
+
     def has(self, sha256: str, *, verify: bool = False) -> bool:
         key = self.key(sha256)
         if not verify:

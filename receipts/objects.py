@@ -13,6 +13,7 @@ Keys are built by our own code from ids and digests, never taken from input.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -31,6 +32,9 @@ class Objects(Protocol):
 
     def put(self, key: str, data: bytes) -> None: ...
 
+    def put_file(self, key: str, path: Path) -> None:
+        """The object becomes the file's bytes, read in pieces (a bundle need not fit in memory)."""
+
     def get(self, key: str) -> bytes | None: ...
 
     def size(self, key: str) -> int | None: ...
@@ -40,6 +44,12 @@ class Objects(Protocol):
     def keys(self, prefix: str) -> list[str]: ...
 
     def chunks(self, key: str) -> Iterator[bytes] | None: ...
+
+
+def _pieces(handle) -> Iterator[bytes]:
+    with handle:
+        while piece := handle.read(CHUNK):
+            yield piece
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,10 @@ class LocalObjects:
 
     def put(self, key: str, data: bytes) -> None:
         write_atomic(self.path(key), data)
+
+    def put_file(self, key: str, path: Path) -> None:
+        with open(path, "rb") as source:
+            write_atomic(self.path(key), source)
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -78,8 +92,11 @@ class LocalObjects:
         return sorted(f"{prefix}{p.name}" for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
     def chunks(self, key: str) -> Iterator[bytes] | None:
-        data = self.get(key)
-        return None if data is None else iter([data])
+        try:
+            handle = open(self.path(key), "rb")
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        return _pieces(handle)
 
 
 @dataclass(frozen=True)
@@ -105,6 +122,15 @@ class S3Objects:
         from botocore.exceptions import BotoCoreError, ClientError
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._fail("PUT", key, exc) from exc
+
+    def put_file(self, key: str, path: Path) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            with open(path, "rb") as body:   # one PUT, the body streamed from the file with its length
+                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=body,
+                                       ContentLength=os.fstat(body.fileno()).st_size)
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("PUT", key, exc) from exc
 

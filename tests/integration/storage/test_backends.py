@@ -127,3 +127,24 @@ def test_a_store_nobody_listens_on_fails_as_a_storage_error(s3_env):
                        secret_access_key="s", connect_timeout=0.5, path_style=True)
     with pytest.raises(StorageError, match="PUT"):
         ReceiptBook(S3Objects(client, "b", "")).write_intent(intent())
+
+
+def test_a_large_file_goes_in_and_out_of_the_store_in_pieces(tmp_path, storage_env):
+    import tracemalloc
+    # a bundle-sized file (24 MiB) stored from disk and read back as pieces: never whole in memory
+    big = tmp_path / "bundle.zip"
+    with open(big, "wb") as out:
+        for i in range(24):
+            out.write(hashlib.sha256(str(i).encode()).digest() * 32768)   # 1 MiB
+    store = storage.media_store(machine(tmp_path, storage_env, "a"))
+    tracemalloc.start()
+    sha, size = store.put_file(big)
+    digest, seen = hashlib.sha256(), 0
+    for piece in store.chunks(sha):
+        digest.update(piece)
+        seen += len(piece)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert (size, seen) == (24 * 1024 * 1024, 24 * 1024 * 1024)
+    assert sha == digest.hexdigest() == hashlib.sha256(big.read_bytes()).hexdigest()
+    assert peak < 8 * 1024 * 1024, f"peak {peak} bytes"
