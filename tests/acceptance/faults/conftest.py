@@ -42,7 +42,8 @@ def make_stack(system, tmp_path):
     def make(**env) -> Stack:
         valkey = Valkey(tmp_path / f"redis-{len(started)}", free_port())
         valkey.start()
-        running = system.with_env(REDIS_URL=valkey.url(), DEMO_MODE="false", **env)
+        # one key saves and approves here: these tests are about faults; who may approve is tests/integration/web
+        running = system.with_env(REDIS_URL=valkey.url(), DEMO_MODE="false", ALLOW_SELF_APPROVAL="true", **env)
         with running.db() as conn:
             _, token = keys.create(conn, f"editor-{len(started)}", "admin")
         built = Stack(running, valkey, free_port(), token)
