@@ -94,6 +94,14 @@ class Api:
         assert response.status_code == 202, response.json
         return response.json
 
+    def delivered(self, work: "Work", n: int = 1) -> tuple[dict, dict]:
+        """A content saved by an editor, made, approved by a reviewer: (the save's answer, the delivery manifest)."""
+        created = self.create(n)
+        work.until_idle()
+        approved = self.post(created["status_url"] + "/approve", role="reviewer")
+        assert approved.status_code == 200, approved.json
+        return created, self.get(f"/api/contents/{created['content_id']}/delivery", role="reviewer").json
+
 
 @pytest.fixture
 def api(app, tokens):

@@ -16,10 +16,7 @@ from tests.integration.web.test_ui import csrf_of, page
 
 @pytest.fixture
 def delivered(api, work) -> dict:
-    created = api.create(1)
-    work.until_idle()
-    assert api.post(created["status_url"] + "/approve", role="reviewer").status_code == 200
-    return created
+    return api.delivered(work)[0]
 
 
 def test_a_delivery_key_reads_the_delivery_and_its_signed_media_only(app, api, delivered):

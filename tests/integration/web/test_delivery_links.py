@@ -15,10 +15,7 @@ from testkit.webapp import Api, make_app
 
 @pytest.fixture
 def delivered(api, work) -> dict:
-    created = api.create(1)
-    work.until_idle()
-    assert api.post(created["status_url"] + "/approve", role="reviewer").status_code == 200
-    manifest = api.get(f"/api/contents/{created['content_id']}/delivery").json
+    created, manifest = api.delivered(work)
     return {"created": created, "manifest": manifest, "url": manifest["blocks"][0]["image"]["url"]}
 
 
@@ -37,11 +34,8 @@ def test_a_link_serves_without_a_key_privately_until_it_expires(app, delivered, 
 
 def test_an_operator_may_let_caches_keep_delivered_media(database_url, redis_url, media_dir, tokens, work):
     app = make_app(database_url, redis_url, media_dir, MEDIA_LINK_CACHE="public")
-    api = Api(app.test_client(), tokens)
-    created = api.create(1)
-    work.until_idle()
-    api.post(created["status_url"] + "/approve", role="reviewer")
-    url = api.get(f"/api/contents/{created['content_id']}/delivery").json["bundle"]["url"]
+    _, manifest = Api(app.test_client(), tokens).delivered(work)
+    url = manifest["bundle"]["url"]
     cache = app.test_client().get(url).headers["Cache-Control"]
     assert cache.startswith("public, max-age=") and cache.endswith("immutable")
 

@@ -243,11 +243,7 @@ def test_a_drafts_media_needs_a_session_or_a_key(app, api, asset, tokens, conn):
 
 def test_the_manifest_links_expire_after_the_configured_ttl(database_url, redis_url, media_dir, tokens, work):
     app = make_app(database_url, redis_url, media_dir, MEDIA_URL_TTL_SECONDS="600")
-    api = Api(app.test_client(), tokens)
-    created = api.create(1)
-    work.until_idle()
-    api.post(created["status_url"] + "/approve", role="reviewer")
-    manifest = api.get(f"/api/contents/{created['content_id']}/delivery").json
+    _, manifest = Api(app.test_client(), tokens).delivered(work)
     expires = int(re.search(r"expires=(\d+)", manifest["bundle"]["url"]).group(1))
     assert 600 <= expires - time.time() <= 660
     assert app.test_client().get(manifest["blocks"][0]["image"]["url"]).status_code == 200
