@@ -20,8 +20,9 @@ import psycopg
 import pytest
 import requests
 
+from bin import devstack
 from bin.embedded import Postgres, free_port
-from pipeline import keys
+from pipeline import keys, settings
 from pipeline.db import connect
 from testkit.servers import PG15_BIN, PgBouncer, Redis7, require_debian
 from testkit.stack import ROOT, DevStack, descendants, lesson
@@ -135,5 +136,25 @@ def test_bin_dev_through_pgbouncer_without_saying_so_stops_and_names_the_setting
         assert done.returncode == 2, done.stdout + done.stderr
         assert "DB_POOLER=pgbouncer" in done.stderr and "unsupported startup parameter" in done.stderr
         assert APP_PASSWORD not in done.stdout + done.stderr
+    finally:
+        bouncer.stop()
+
+
+@pytest.mark.parametrize("process", ["web", "worker-image", "dispatcher"])
+def test_each_procfile_process_refuses_a_pooler_it_was_not_told_of_and_exits_2(postgres, redis7, tmp_path, process):
+    require_debian("pgbouncer")
+    name = owned_database(postgres)
+    bouncer = PgBouncer(free_port(), postgres.port, {APP: APP_PASSWORD}, (name,))
+    bouncer.start()
+    try:
+        command = dict(devstack.read_procfile())[process]
+        env = {**devstack.process_env(dict(os.environ), settings.load({"PORT": str(free_port())})),
+               "DATABASE_URL": bouncer.url(APP, name), "REDIS_URL": redis7.url(),
+               "SECRET_KEY": "servers-test-secret-0123456789abcdefghij", "MEDIA_DIR": str(tmp_path / "media")}
+        env.pop("DB_POOLER", None)
+        done = subprocess.run(["/bin/sh", "-c", f"exec {command}"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=90)
+        assert done.returncode == 2, (process, done.returncode, done.stderr[-2000:])
+        assert "DB_POOLER=pgbouncer" in done.stderr and APP_PASSWORD not in done.stderr
     finally:
         bouncer.stop()
