@@ -57,3 +57,24 @@ def test_the_locks_cover_the_readable_requirement_files_with_the_same_versions()
 def test_the_readme_commands_install_the_lock_requiring_hashes():
     venv = (ROOT / "bin" / "_venv.sh").read_text()
     assert "--require-hashes" in venv and "requirements-dev.lock" in venv
+
+
+def test_the_locks_hold_what_every_python_3_11_needs_not_only_the_one_that_compiled_them():
+    # a dependency under a marker such as python_full_version < "3.11.3" (redis and valkey need async-timeout
+    # there) is dropped by a lock compiled on a newer Python, and --no-deps then installs without it
+    from importlib import metadata
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    oldest = {**default_environment(), "python_full_version": "3.11.0", "python_version": "3.11", "extra": ""}
+    for lock in ("requirements.lock", "requirements-dev.lock"):
+        locked = {canonicalize_name(name) for name in entries(ROOT / lock)}
+        for name in locked:
+            try:
+                requires = metadata.requires(name) or []
+            except metadata.PackageNotFoundError:   # the runtime lock's packages are all in the dev venv
+                continue
+            for text in requires:
+                requirement = Requirement(text)
+                if requirement.marker is None or requirement.marker.evaluate(oldest):
+                    assert canonicalize_name(requirement.name) in locked, (lock, name, text)
