@@ -27,7 +27,3 @@ def book(conn: psycopg.Connection, cfg: Settings, key_id: int | None, *, content
         "key_id": key_id, "content_id": content_id, "version": version, "task_ids": task_ids,
         "image_cost": cfg.image.cost_per_call, "tts_cost": cfg.tts.cost_per_call, "limit": cfg.key_daily_spend})
 
-
-def today(conn: psycopg.Connection) -> list[dict]:
-    """What each key booked today, most first (the spend page)."""
-    return db.all(conn, "key_spend_today")

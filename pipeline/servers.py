@@ -40,10 +40,6 @@ class ServerUnusable(PipelineError):
     names what was found and the fix."""
 
 
-def major(conn: psycopg.Connection) -> int:
-    return conn.info.server_version // 10000
-
-
 def check_version(conn: psycopg.Connection) -> None:
     """ServerUnusable unless the server is PostgreSQL 15 or newer."""
     refusal = version_refusal(conn.info.server_version, f"{conn.info.host}:{conn.info.port}")

@@ -14,12 +14,11 @@ Who may scrape: with METRICS_TOKEN set, a request carrying `Authorization: Beare
 
 from __future__ import annotations
 
-import hmac
 from typing import Iterator
 
 import redis
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -28,7 +27,7 @@ from pipeline.lanes import LANES
 from pipeline.core.states import TaskKind, TaskStatus
 from web.db import get_conn, get_redis, settings
 from web.errors import Problem
-from web.security import direct_loopback
+from web.security import bearer_matches, direct_loopback
 
 bp = Blueprint("metrics", __name__)
 
@@ -162,8 +161,7 @@ def latency_histograms(rows: list[dict]) -> Iterator[Metric]:
 def _may_scrape() -> None:
     token = settings().metrics_token
     if token:
-        scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), token.encode()):
+        if not bearer_matches(token):
             raise Problem(401, "unauthorized", "send Authorization: Bearer <METRICS_TOKEN>",
                           headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
     elif not direct_loopback():

@@ -15,6 +15,7 @@ with the `__Host-` prefix.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 
 from flask import Flask, request
@@ -68,6 +69,12 @@ def loopback_host(host: str) -> bool:
     else:
         name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
     return name in LOOPBACK_NAMES or _loopback_address(name)
+
+
+def bearer_matches(token: str | None) -> bool:
+    """The request carries `Authorization: Bearer <token>` for this (set) token."""
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(sent.strip().encode(), token.encode())
 
 
 def direct_loopback() -> bool:

@@ -32,9 +32,3 @@ SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = %(key_hash)s) AS known;
 SELECT book_key_spend(%(key_id)s::bigint, %(content_id)s::bigint, %(version)s::integer, %(task_ids)s::bigint[],
                       %(image_cost)s::numeric, %(tts_cost)s::numeric, %(limit)s::numeric) AS booked;
 
--- key_spend_today: what each key booked today, most first
-SELECT s.key_id, k.owner, k.role, s.estimated::float AS estimated
-FROM key_spend s LEFT JOIN api_keys k ON k.id = s.key_id
-WHERE s.day = (now() AT TIME ZONE 'UTC')::date
-ORDER BY s.estimated DESC
-LIMIT 100;
