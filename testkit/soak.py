@@ -105,9 +105,15 @@ def save_all(soak: Soak, cfg) -> int:
     return tasks
 
 
-def wait_for_progress(soak: Soak, since: float, before: int, limit: float = 120) -> float:
+def wait_for_progress(soak: Soak, since: float, before: int, total: int, limit: float = 120) -> float:
+    """Seconds until one more task finished after a fault; NaN when none did within `limit`.
+
+    A fault that lands when nothing can progress any more (every task finished or waiting
+    on an editor's decision) has nothing to recover: that counts as recovered at once.
+    """
     while time.monotonic() - since < limit:
-        if soak.finished() > before:
+        done = soak.finished()
+        if done > before or done + len(waiting_on_a_person(soak)) >= total:
             return round(time.monotonic() - since, 2)
         time.sleep(0.1)
     return float("nan")
@@ -129,11 +135,11 @@ def chaos(soak: Soak, total: int, pg: Postgres) -> float:
             soak.start_worker(name)
             soak.kills += 1
             next_kill = now + soak.args.kill_every
-            soak.faults.append(("worker SIGKILL " + name, now, wait_for_progress(soak, now, soak.finished())))
+            soak.faults.append(("worker SIGKILL " + name, now, wait_for_progress(soak, now, soak.finished(), total)))
         if not flushed and done >= total * 0.25:
             redis.Redis.from_url(soak.env["REDIS_URL"]).flushall()
             flushed = True
-            soak.faults.append(("Redis FLUSHALL", now, wait_for_progress(soak, now, soak.finished())))
+            soak.faults.append(("Redis FLUSHALL", now, wait_for_progress(soak, now, soak.finished(), total)))
         if not stalled and done >= total * 0.1:
             stalled = True
             stall_worker(soak, lease=float(soak.env["LEASE_SECONDS"]))
@@ -141,7 +147,7 @@ def chaos(soak: Soak, total: int, pg: Postgres) -> float:
             before = soak.finished()
             pg.restart()
             restarted = True
-            soak.faults.append(("PostgreSQL restart", now, wait_for_progress(soak, now, before)))
+            soak.faults.append(("PostgreSQL restart", now, wait_for_progress(soak, now, before, total)))
         time.sleep(0.2)
     return time.monotonic() - started
 
