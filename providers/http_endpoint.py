@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import requests
 import urllib3
@@ -78,27 +78,44 @@ class HttpEndpoint:
         `seconds_left` (the task's time before its total deadline) shortens the
         call's own deadline, never lengthens it.
         """
+        return self.request("POST", path, parse, key=key, seconds_left=seconds_left, json=payload)
+
+    def request(self, method: str, path: str, parse: Callable[[Answer], T], *, key: str = "",
+                seconds_left: float | None = None, sink: BinaryIO | None = None, cap: int | None = None,
+                **send: Any) -> T:
+        """One request to `{root}{path}` (`send`: requests' json, files, data, params), bounded like `post`.
+
+        With `sink`, a 2xx body is written there (up to `cap` bytes) instead of kept in memory, and
+        `parse` gets an empty answer: large files are streamed, never held whole.
+        """
         budget = self.limits.call_timeout if seconds_left is None else min(self.limits.call_timeout, seconds_left)
         deadline = time.monotonic() + max(budget, 0.0)
-        headers = {"Authorization": f"Bearer {self._api_key}", "Idempotency-Key": key,
-                   "Accept-Encoding": "identity"}
+        headers = {"Authorization": f"Bearer {self._api_key}", "Accept-Encoding": "identity",
+                   **({"Idempotency-Key": key} if key else {})}
         try:
             wait = max(0.01, budget)
-            response = self._session.post(
-                f"{self.root}{path}", json=payload, headers=headers, stream=True, allow_redirects=False,
-                timeout=(min(self.limits.connect_timeout, wait), min(self.limits.read_timeout, wait)),
-            )
+            response = self._session.request(
+                method, f"{self.root}{path}", headers=headers, stream=True, allow_redirects=False,
+                timeout=(min(self.limits.connect_timeout, wait), min(self.limits.read_timeout, wait)), **send)
             with response:
-                body = read_bounded(response, self.limits.max_bytes, deadline, self.limits.read_timeout)
-            if not 200 <= response.status_code < 300:
+                ok = 200 <= response.status_code < 300
+                limit = self.limits.max_bytes if cap is None else cap
+                if ok and sink is not None:
+                    read_bounded(response, limit, deadline, self.limits.read_timeout, sink=sink)
+                    body = b""
+                else:
+                    body = read_bounded(response, self.limits.max_bytes, deadline, self.limits.read_timeout)
+            if not ok:
                 raise HttpStatus(response.status_code, response.headers, body)
             return parse(Answer(response.headers, body))
         except (OSError, ValueError, HttpStatus, urllib3.exceptions.HTTPError, Ambiguous) as exc:
             raise classify(exc, secret=self._api_key) from exc
 
 
-def read_bounded(response: requests.Response, cap: int, deadline: float, read_timeout: float) -> bytes:
-    """The whole body, or Ambiguous once it passes `cap` bytes or the deadline; BadBody if it is cut short."""
+def read_bounded(response: requests.Response, cap: int, deadline: float, read_timeout: float,
+                 sink: BinaryIO | None = None) -> bytes:
+    """The whole body, or Ambiguous once it passes `cap` bytes or the deadline; BadBody if it is cut short.
+    With `sink`, the body goes there and b"" is returned."""
     encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise BadBody(f"the answer is {encoding}-compressed although identity was asked for; it is not decoded")
@@ -124,7 +141,10 @@ def read_bounded(response: requests.Response, cap: int, deadline: float, read_ti
         size += len(chunk)
         if size > cap:
             raise Ambiguous(f"the answer passed the cap of {cap} bytes (*_MAX_BYTES)")
-        chunks.append(chunk)
+        if sink is None:
+            chunks.append(chunk)
+        else:
+            sink.write(chunk)
     if declared is not None and declared.isdigit() and int(declared) != size:
         raise BadBody(f"body is {size} bytes, Content-Length says {declared}")
     return b"".join(chunks)

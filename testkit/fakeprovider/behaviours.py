@@ -6,6 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 ENDPOINTS = {"/v1/images/generations": "image", "/v1/audio/speech": "audio"}
+# The Files and Batch API's steps (testkit/fakeprovider/batch.py): a behaviour names one to act on it alone;
+# a behaviour for no endpoint is never taken by them. The step is done first, then the behaviour acts on
+# its answer (hold, drop), so a held answer is one whose work the fake has already done.
+BATCH_STEPS = ("files.create", "files.list", "files.content", "batches.create", "batches.list", "batches.get",
+               "batches.cancel")
 ACTIONS = ("ok", "delay", "hold", "status", "hang", "drop", "reset", "truncate", "bad_body", "bad_base64",
            "trickle", "huge", "compressed")
 
@@ -27,8 +32,9 @@ class Behaviour:
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"unknown action {self.action!r}: choose one of {', '.join(ACTIONS)}")
-        if self.endpoint not in (None, *ENDPOINTS.values()):
-            raise ValueError(f"unknown endpoint {self.endpoint!r}: use 'image', 'audio' or None")
+        if self.endpoint not in (None, *ENDPOINTS.values(), *BATCH_STEPS):
+            raise ValueError(f"unknown endpoint {self.endpoint!r}: use 'image', 'audio', a batch step "
+                             f"({', '.join(BATCH_STEPS)}) or None")
 
     @property
     def executes(self) -> bool:

@@ -14,11 +14,14 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 from typing import Any
 
 from . import contract
-from .behaviours import ENDPOINTS, Behaviour, Calls, RecordedRequest
+from .batch import BatchAPI, moderation, usage
+from .behaviours import BATCH_STEPS, ENDPOINTS, Behaviour, Calls, RecordedRequest
 from .media import tiny_image, tiny_wav
 
 @dataclass
@@ -45,10 +48,10 @@ class _State:
 
     def next_behaviour(self, endpoint: str) -> Behaviour:
         for behaviour in self.queue:
-            if behaviour.endpoint in (None, endpoint):
+            if behaviour.endpoint == endpoint or (behaviour.endpoint is None and endpoint not in BATCH_STEPS):
                 self.queue.remove(behaviour)
                 return behaviour
-        return self.default
+        return self.default if endpoint not in BATCH_STEPS else Behaviour()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -61,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/_fake/stats":
             self.send_json(200, self.server.fake.stats())
+        elif self.path.startswith(("/v1/files", "/v1/batches")):
+            self.server.fake._serve_batch(self, "GET", b"")
         else:
             self.send_json(*contract.refuse_path("GET", self.path))
 
@@ -68,7 +73,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         fake = self.server.fake
-        if self.path in ENDPOINTS:
+        if self.path.startswith(("/v1/files", "/v1/batches")):
+            fake._serve_batch(self, "POST", raw)
+        elif self.path in ENDPOINTS:
             fake._serve_call(self, ENDPOINTS[self.path], raw)
         elif self.path.startswith("/_fake/"):
             try:
@@ -134,6 +141,7 @@ class FakeProviderServer:
         self._releases = 0
         self._stopped = threading.Event()
         self._state = _State()
+        self.batch = BatchAPI(self._execute_line)
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
         self._reopen: threading.Timer | None = None
@@ -196,9 +204,10 @@ class FakeProviderServer:
             self._wake.notify_all()
 
     def reset(self) -> None:
-        """Forget scripts, counters and stored answers; accept connections again."""
+        """Forget scripts, counters, stored answers, files and batches; accept connections again."""
         with self._lock:
             self._state = _State()
+            self.batch = BatchAPI(self._execute_line)
         self.accept_connections()
 
     def refuse_connections(self, seconds: float | None = None) -> None:
@@ -279,7 +288,8 @@ class FakeProviderServer:
             body = json.loads(raw)
         except ValueError:
             body = None
-        refusal = contract.refuse(endpoint, handler.headers, body)
+        refusal = contract.refuse(endpoint, handler.headers, body) or (
+            moderation(self.batch.script.refuse_word, body) if endpoint == "image" else None)
         with self._lock:
             state = self._state
             state.log.append(RecordedRequest(endpoint, key, dict(handler.headers.items()), body))
@@ -296,6 +306,39 @@ class FakeProviderServer:
         finally:
             with self._lock:
                 state.in_flight[endpoint] -= 1
+
+    def _execute_line(self, custom_id: str) -> int:
+        """A batch line runs: one execution of its key, counted with the synchronous calls'; its number."""
+        with self._lock:
+            self._state.executions[custom_id] += 1
+            self._state.requests[custom_id] += 1
+            self._state.total_executions += 1
+            return self._state.total_executions
+
+    def _serve_batch(self, handler: _Handler, method: str, raw: bytes) -> None:
+        """The Files and Batch API: the step is done, then the scripted behaviour for it acts on the answer."""
+        refusal = contract.refuse_auth(handler.headers)
+        if refusal:
+            handler.send_json(*refusal)
+            return
+        step, answer = route_batch(self.batch, method, handler.path, handler.headers, raw)
+        with self._lock:
+            self._state.log.append(RecordedRequest(step or handler.path, "", dict(handler.headers.items()), None))
+            behaviour = self._state.next_behaviour(step) if step else Behaviour()
+        if behaviour.action == "hold":
+            self._wait_for_release(behaviour.seconds or 30)
+        elif behaviour.action == "drop":
+            handler.close_connection = True
+            return
+        elif behaviour.action == "status":
+            handler.send_json(*contract.error(behaviour.status, behaviour.message or "fake batch error",
+                                              kind="fake_error"))
+            return
+        status, body = answer
+        if isinstance(body, bytes):
+            handler.send_bytes(status, "application/octet-stream", body)
+        else:
+            handler.send_json(status, body)
 
     def _answer(self, endpoint: str, key: str, execute: bool, body: dict) -> _Answer | None:
         """The answer for this call: a replay, a new execution, or None (not executed)."""
@@ -381,6 +424,49 @@ class FakeProviderServer:
             self._wake.wait_for(lambda: self._releases > seen or self._stopped.is_set(), timeout)
 
 
+def route_batch(api: BatchAPI, method: str, path: str, headers, raw: bytes) -> tuple[str | None, tuple]:
+    """The Files or Batch API call a request makes: its step's name and its answer."""
+    parts = urlsplit(path)
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    segments = parts.path.strip("/").split("/")[1:]   # after "v1"
+    if segments == ["files"] and method == "POST":
+        fields = _multipart(headers.get("Content-Type", ""), raw)
+        if "file" not in fields:
+            return "files.create", contract.error(400, "Missing required parameter: 'file'.", param="file")
+        filename, data = fields["file"]
+        return "files.create", api.upload(fields.get("purpose", (None, b""))[1].decode() or None, filename, data)
+    if segments == ["files"] and method == "GET":
+        return "files.list", api.list_files(query.get("purpose"))
+    if len(segments) == 3 and segments[0] == "files" and segments[2] == "content" and method == "GET":
+        return "files.content", api.content(segments[1])
+    if segments == ["batches"] and method == "POST":
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        return "batches.create", api.create(body)
+    if segments == ["batches"] and method == "GET":
+        return "batches.list", api.list(query.get("limit"), query.get("after"))
+    if len(segments) == 2 and segments[0] == "batches" and method == "GET":
+        return "batches.get", api.get(segments[1])
+    if len(segments) == 3 and segments[0] == "batches" and segments[2] == "cancel" and method == "POST":
+        return "batches.cancel", api.cancel(segments[1])
+    return None, contract.refuse_path(method, path)
+
+
+def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """The fields of a multipart/form-data body: name -> (file name, bytes)."""
+    if not content_type.startswith("multipart/form-data"):
+        return {}
+    message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    fields = {}
+    for part in message.get_payload() if message.is_multipart() else []:
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            fields[name] = (part.get_filename(), part.get_payload(decode=True) or b"")
+    return fields
+
+
 def _rebind(fake: FakeProviderServer, port: int) -> _Listener:
     # The port was ours a moment ago; a client socket may hold it briefly.
     deadline = time.monotonic() + 5
@@ -401,7 +487,10 @@ def _make_answer(endpoint: str, number: int, body: dict) -> _Answer:
             item = {"url": f"https://images.invalid/{number}.png"}  # DALL-E's default answer is a URL
         else:
             item = {"b64_json": base64.b64encode(image).decode()}
-        payload = json.dumps({"created": int(time.time()), "data": [item]}).encode()
+        answer = {"created": int(time.time()), "data": [item]}
+        if contract.image_family(body.get("model", "")) == "gpt-image":   # GPT image answers report their tokens
+            answer["usage"] = usage(body)
+        payload = json.dumps(answer).encode()
         return _Answer("application/json", payload, f"req_{number}")
     audio_format = body.get("response_format", "mp3")
     audio = tiny_wav(number)
