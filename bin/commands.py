@@ -11,7 +11,7 @@ import sys
 
 import psycopg
 
-from pipeline import migrations, servers, settings as settings_mod
+from pipeline import db, migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
 
 
@@ -63,6 +63,55 @@ def _stop_flag():
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     return stop
+
+
+def batches_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bin/batches", description=(
+        "The batch lane (IMAGE_BULK_BACKEND=batch): gather enlisted bulk image lines into OpenAI Batch API jobs, "
+        "send, poll and record them. One batcher works at a time (a second waits as a standby); a reconcile run "
+        "does the same when none does. With IMAGE_BULK_BACKEND=sync it only waits. Exit codes: 0 stopped (or "
+        "--once done), 2 cannot reach PostgreSQL."))
+    parser.add_argument("--once", action="store_true", help="one round, then exit")
+    args = parser.parse_args(argv)
+    cfg = _settings()
+    from pipeline import batches, storage
+    from pipeline.log import log
+    try:
+        servers.preflight(cfg, wait_seconds=0 if args.once else 30, redis_too=False,
+                          say=lambda line: print(line, file=sys.stderr))
+    except servers.ServerUnusable as exc:
+        print(f"cannot use the servers: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:   # still unreachable after the wait
+        print(f"cannot reach the servers: {exc}", file=sys.stderr)
+        return 2
+    stop = _stop_flag()
+    lock_held = False
+    while not stop.is_set():
+        try:
+            # the lock is held across transactions: a session (DATABASE_SESSION_URL)
+            with servers.connect(cfg, session=True, autocommit=True) as conn:
+                batcher = None
+                while not stop.is_set():
+                    if not lock_held:
+                        lock_held = db.one(conn, "image_batches_try_lock")["locked"]
+                    if lock_held and cfg.image_bulk_backend == "batch":
+                        batcher = batcher or batches.Batcher(cfg, conn, batches.client_for(cfg),
+                                                             storage.media_store(cfg), storage.receipt_book(cfg))
+                        done = batcher.advance()
+                        if any(done.values()):
+                            log("batches_advanced", **done)
+                    if args.once:
+                        return 0
+                    stop.wait(min(1.0, cfg.image_batch_poll_seconds, max(0.05, cfg.image_batch_gather_seconds)))
+        except psycopg.OperationalError as exc:
+            lock_held = False   # the session and its lock are gone with the connection
+            if args.once:
+                print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
+                return 2
+            log("batcher_reconnecting", error=exc.__class__.__name__)
+            stop.wait(1.0)
+    return 0
 
 
 def reconcile_main(argv: list[str]) -> int:

@@ -59,11 +59,15 @@ class Settlement:
     replay: bool = False
     ledger: dict | None = None           # the call's ledger row, once the call was made
     settled: bool = False
+    prepared: bool = False               # the executor's `prepare` took what the call needs
 
     def write(self, conn: psycopg.Connection) -> None:
-        """Release the slot and write the ledger row, in the caller's transaction."""
+        """Release the slot, write the ledger row and settle the booking to the reported cost, in the caller's
+        transaction."""
         if self.ledger is not None:
             ledger.record_call(conn, self.task, **self.ledger)
+            if self.booking is not None and self.ledger.get("reported_cost") is not None:
+                spend.settle(conn, self.booking, self.ledger["reported_cost"])
         if self.slot is not None:
             db.execute(conn, "provider_slots_release", {"provider": self.provider, "slot": self.slot,
                                                         "holder": self.holder})
@@ -99,6 +103,11 @@ class Executor(Protocol):
 
     def execute(self, task: Task, attempt: Attempt) -> Asset:
         ...
+
+
+def batched(cfg: Settings, task: Task) -> bool:
+    """Whether the task's call goes into a Batch API job (IMAGE_BULK_BACKEND=batch, a bulk-lane image)."""
+    return cfg.image_bulk_backend == "batch" and task.kind == "image" and task.lane == "bulk"
 
 
 def provider_config(p: ProviderSettings) -> ProviderConfig:
@@ -161,7 +170,7 @@ class Limits:
         if (provider, p.max_concurrency) not in self._ensured:
             db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
             self._ensured.add((provider, p.max_concurrency))
-        with conn.transaction() if p.cost_per_call > 0 else nullcontext():
+        with conn.transaction() if p.cost_per_call > 0 or p.priced_by == "table" else nullcontext():
             row = db.one(conn, "provider_slot_and_rate_take", {
                 "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
                 "hold_seconds": p.call_timeout + 30})
@@ -198,11 +207,20 @@ class ProviderExecutor:
         (the claim's); what was taken goes into `settlement`. Busy or BudgetReached: nothing was taken."""
         provider = self.providers[task.kind]
         settings: ProviderSettings = getattr(self.cfg, task.kind)
+        settlement.prepared = True
+        if batched(self.cfg, task):   # a batch line takes no call slot: its booking (the batch price) is all
+            with conn.transaction():   # a savepoint: a refused booking leaves the claim intact
+                settlement.booking = spend.book(conn, provider.name, task.content_id, settings,
+                                                self.cfg.content_budget, self.cfg.budget_recheck_seconds,
+                                                cost=spend.estimate(settings, task.kind, task.input, batch=True))
+            return
         name = f"{provider.name}:{task.kind}"
         replay = settings.honours_idempotency_key and ledger.key_charged(
             conn, idempotency_key(task.fingerprint, task.id))
+        cost = spend.estimate(settings, task.kind, task.input)
         slot, holder, booking = self.limits.take(conn, name, settings, lambda c: None if replay else spend.book(
-            c, provider.name, task.content_id, settings, self.cfg.content_budget, self.cfg.budget_recheck_seconds))
+            c, provider.name, task.content_id, settings, self.cfg.content_budget, self.cfg.budget_recheck_seconds,
+            cost=cost))
         settlement.provider, settlement.slot, settlement.holder = name, slot, holder
         settlement.booking, settlement.replay = booking, replay
 
@@ -254,14 +272,16 @@ class ProviderExecutor:
         except OSError as exc:   # a full disk, an unreachable bucket: no receipt, so no call
             raise Transient(f"could not write the intent receipt, so the provider was not called: {exc}") from exc
         started = time.monotonic()
-        record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key)
+        estimate = spend.estimate(settings, task.kind, task.input)
+        record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key,
+                      estimated_cost=estimate, list_cost=estimate)
         try:
             result = provider.generate(request)
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
             charged = policy.may_have_charged(exc, replay=settlement.replay)
             settlement.ledger = dict(record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
-                                     latency_ms=elapsed, cost=settings.cost_per_call if charged else 0.0)
+                                     latency_ms=elapsed, cost=estimate if charged else 0.0)
             decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
             if decided is exc:
                 raise
@@ -270,6 +290,8 @@ class ProviderExecutor:
         asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
         # The ledger row is written with the outcome (Settlement); the receipts are the durable record of the call.
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
+        figure = None if settlement.replay else spend.reported(settings, task.kind, task.input, result.metadata)
         settlement.ledger = dict(record, outcome="replayed" if settlement.replay else "succeeded", http_status=200,
-                                 latency_ms=elapsed, cost=0.0 if settlement.replay else settings.cost_per_call)
+                                 latency_ms=elapsed, reported_cost=figure, usage=result.metadata.get("usage"),
+                                 cost=0.0 if settlement.replay else (estimate if figure is None else figure))
         return asset

@@ -24,10 +24,10 @@ from typing import Callable, TypeVar
 import psycopg
 from rq import get_current_job
 
-from pipeline import dispatch, leases, runtime, tasks
-from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Transient
+from pipeline import batches, dispatch, leases, runtime, storage, tasks
+from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Refused, Transient
 from pipeline.core.records import Asset, Task
-from pipeline.executor import Settlement
+from pipeline.executor import Settlement, batched
 from pipeline.log import log
 from pipeline.settings import Settings
 
@@ -149,8 +149,12 @@ def _claim_once(rt: runtime.Runtime, task_id: int, job_id: str | None) -> Claime
                                      receipt_store=rt.receipt_store)
         if found is None:
             return None
-        task, reusable, holds_input = found
+        task, reusable, holds_input, refusal = found
         claimed = Claimed(task, reusable, holds_input, settlement=Settlement(task))
+        if refusal is not None and reusable is None:   # the same prompt was refused: not sent again unasked
+            claimed.refused = Refused(f"the provider refused this same prompt before (task {refusal['task_id']}): "
+                                      f"{refusal['message']}; edit the block, or retry the task to send it again")
+            return claimed
         if claimed.reusable is not None or not claimed.holds_input:   # a bundle holds no input
             return claimed
         prepare = getattr(rt.executor, "prepare", None)
@@ -204,6 +208,8 @@ def _attempt(rt: runtime.Runtime, claimed: Claimed, attempt: AttemptContext) -> 
         settled = _hold_input(rt, task) if task.kind != "bundle" and not claimed.holds_input else None
         if settled:
             return settled
+        if batched(rt.settings, task):   # no call now: the line goes into a Batch API job (pipeline.batches)
+            return _enlist(rt, task, attempt)
         asset = rt.executor.execute(task, attempt)   # it checks the attempt right before any paid call
     except Cancelled:
         tasks.cancel_running(rt.conn(), task, actor=rt.worker_id, also=settlement)
@@ -220,6 +226,18 @@ def _attempt(rt: runtime.Runtime, claimed: Claimed, attempt: AttemptContext) -> 
     status, unblocked = _written(rt, lambda conn: tasks.succeed(conn, task, asset, actor=rt.worker_id,
                                                                  also=settlement))
     return status.value, unblocked
+
+
+def _enlist(rt: runtime.Runtime, task: Task, attempt: AttemptContext) -> tuple[str, list[int]]:
+    settlement = attempt.settlement
+    if not settlement.prepared:   # the input was taken after the claim: book the line now
+        conn = rt.conn()
+        with conn.transaction():
+            rt.executor.prepare(conn, task, settlement)
+    attempt.check()
+    if not batches.enlist(rt.conn(), rt.settings, storage.receipt_book(rt.settings), task, settlement):
+        raise LeaseLost(f"task {task.id}: lease {task.lease_token} was lost before its line was enlisted")
+    return "batched", []
 
 
 def run_task(task_id: int) -> str:

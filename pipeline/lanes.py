@@ -75,6 +75,17 @@ def bulk_depths(cfg: Settings) -> dict[str, int]:
     return {kind: bulk_depth(cfg, kind) for kind in KINDS}
 
 
+BATCH_WINDOW_SECONDS = 24 * 3600   # the Batch API's completion window ("24h", the only one it takes)
+
+
+def deadline_seconds(cfg: Settings, lane: str) -> float:
+    """A version's total deadline: TASK_DEADLINE_SECONDS, but a bulk version whose images go through the Batch
+    API may wait the whole completion window, with an hour more to read the results."""
+    if lane == BULK and cfg.image_bulk_backend == "batch":
+        return max(cfg.deadline_seconds, BATCH_WINDOW_SECONDS + 3600)
+    return cfg.deadline_seconds
+
+
 def admission_limit(cfg: Settings, lane: str) -> int:
     """Pending tasks a save of this lane may bring the total to: bulk saves leave the last tenth of
     MAX_PENDING_TASKS to editors, so an import that fills the system never refuses an editor's save."""

@@ -37,10 +37,10 @@ def claim(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds:
 
 def claim_and_take(conn: psycopg.Connection, task_id: int, *, worker: str, lease_seconds: float,
                    rq_job_id: str | None = None, attempt_seconds: float = 86_400.0,
-                   receipt_store: str | None = None) -> tuple[Task, Asset | None, bool] | None:
+                   receipt_store: str | None = None) -> tuple[Task, Asset | None, bool, dict | None] | None:
     """`claim` in the caller's transaction, with the hold on the input's one paid call (`tasks.take_input`) and a
-    look at the input's stored asset after that take; the task, that asset (None: none yet, or a bundle) and
-    whether we hold the input.
+    look at the input's stored asset after that take; the task, that asset (None: none yet, or a bundle),
+    whether we hold the input, and the provider's earlier refusal of the input (None: none).
 
     In pipeline mode this is one round trip: the take and the look name the task by the lease the claim takes,
     so they do nothing unless the claim did. The look is a statement of its own, so it sees an asset the input's
@@ -51,11 +51,13 @@ def claim_and_take(conn: psycopg.Connection, task_id: int, *, worker: str, lease
     took = db.execute(conn, "input_calls_take", {"task_id": task_id, "lease_token": token,
                                                  "hold_seconds": lease_seconds})
     look = db.execute(conn, "asset_inputs_find_of_task", {"task_id": task_id})
-    row, holder, stored = claim.fetchone(), took.fetchone(), look.fetchone()
+    refused = db.execute(conn, "refused_inputs_of_task", {"task_id": task_id})
+    row, holder, stored, refusal = claim.fetchone(), took.fetchone(), look.fetchone(), refused.fetchone()
     if row is None:
         return None
     task = Task.from_row(row)
-    return task, Asset.from_row(stored) if stored else None, holder is not None and holder["task_id"] == task.id
+    holds = holder is not None and holder["task_id"] == task.id
+    return task, Asset.from_row(stored) if stored else None, holds, refusal
 
 
 def _claim_query(conn: psycopg.Connection, task_id: int, token: uuid.UUID, worker: str, lease_seconds: float,

@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import psycopg
 
+from psycopg.types.json import Jsonb
+
 from pipeline import db
 from pipeline.core.records import Task
 
 
 def record_call(conn: psycopg.Connection, task: Task, *, provider: str, model: str, idempotency_key: str,
-                outcome: str, http_status: int | None, latency_ms: int | None, cost: float) -> None:
-    """One row of the call ledger for the task's current attempt."""
+                outcome: str, http_status: int | None, latency_ms: int | None, cost: float,
+                estimated_cost: float | None = None, reported_cost: float | None = None,
+                list_cost: float | None = None, usage: dict | None = None, batch_id: int | None = None) -> None:
+    """One row of the call ledger for the task's current attempt: `cost` counts as spent (the reported figure
+    where the provider gave one, else the estimate); a batch line names its batch and its synchronous price."""
     db.execute(conn, "provider_calls_insert", {
         "task_id": task.id, "attempt": task.attempts, "provider": provider, "model": model,
         "idempotency_key": idempotency_key, "outcome": outcome, "http_status": http_status,
-        "latency_ms": latency_ms, "cost": cost, "accepted_by": None})
+        "latency_ms": latency_ms, "cost": cost, "accepted_by": None, "estimated_cost": estimated_cost,
+        "reported_cost": reported_cost, "list_cost": list_cost, "usage": Jsonb(usage) if usage else None,
+        "batch_id": batch_id})
 
 
 def record_reuse(conn: psycopg.Connection, task: Task, provider: str) -> None:

@@ -19,7 +19,7 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, storage, tasks
+from pipeline import batches, db, storage, tasks
 from pipeline.core import recovery
 from pipeline.core.recovery import slot_of
 from pipeline.core.fingerprint import idempotency_key
@@ -154,6 +154,23 @@ class Reconciler:
             if n < self.batch:
                 return
 
+    def advance_batches(self, report: Report) -> None:
+        """One round of the batch lane (pipeline/batches.py), unless the batcher process is in one now."""
+        if self.cfg.image_bulk_backend != "batch" and not db.scalar(self.conn, "image_batches_any_live"):
+            return
+        if self.cfg.image.backend != "openai":
+            log("batches_left", reason="IMAGE_PROVIDER is not openai: live batch lines wait for it")
+            return
+        if not db.one(self.conn, "image_batches_try_lock")["locked"]:
+            return
+        try:
+            batcher = batches.Batcher(self.cfg, self.conn, batches.client_for(self.cfg), self.store, self.book)
+            for step, n in batcher.advance().items():
+                report.add(f"batch_{step}", n)
+        finally:
+            if not self.conn.broken:
+                db.execute(self.conn, "image_batches_unlock")
+
     def supersede_old(self, report: Report) -> None:
         """Unfinished work of versions older than their content's current one, as a save supersedes it."""
         while True:
@@ -229,6 +246,7 @@ class Reconciler:
             self.supersede_old(report)
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=50)
             self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown", pages=1)
+            self.advance_batches(report)
             self.fail_past_deadline(report)
             self._bulk("outbox_add_missing_unblocked", {}, report, "unblocked")
             self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")

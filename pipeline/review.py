@@ -178,15 +178,17 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
             raise Conflict(f"task {task_id} has an unknown outcome. {DUPLICATE_RISK}", code="duplicate_risk")
         ensure_runnable_version(task, "retry")
         dead = db.one(conn, "dead_letters_take", {"task_id": task_id})
+        refusal = db.one(conn, "refused_inputs_forget", {"task_id": task_id})   # asked for again, by a person
         row = tasks.reopen(conn, task_id, task["status"], budget=cfg.max_attempts,
                            deadline_seconds=cfg.deadline_seconds)
         if row is None:
             raise Conflict(f"task {task_id} changed while retrying; reload and try again", code="stale")
         action, reason = (("duplicate_risk_accepted", "retry accepted with the risk of a duplicate charge")
                           if unknown else ("manual_retry", "retried by an editor"))
+        details = {"max_attempts": row["max_attempts"], **({"dead_letter": dead} if dead else {}),
+                   **({"refusal_overridden": refusal} if refusal else {})}
         _event(conn, row, action, actor=actor, from_status=task["status"], to_status="ready", reason=reason,
-               task_id=task_id, details={"dead_letter": dead, "max_attempts": row["max_attempts"]} if dead
-               else {"max_attempts": row["max_attempts"]})
+               task_id=task_id, details=details)
         db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
         outbox = readmit(conn, cfg, row, key_id)
     return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"], outbox)

@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from pipeline.core.errors import ConfigError
+from pipeline.core import prices
 from providers.registry import ProviderConfig
 from providers.urls import UnsafeBaseURL, check_scheme
 
@@ -49,8 +50,9 @@ class ProviderSettings:
     read_timeout: float = ADAPTER.read_timeout
     call_timeout: float = ADAPTER.call_timeout
     max_bytes: int = ADAPTER.max_bytes
-    cost_per_call: float = 0.0
+    cost_per_call: float = 0.0             # a call's estimate for the configured model (speech: 1,000 characters)
     daily_budget: float | None = None      # spend limit per UTC day, in the unit of cost_per_call
+    priced_by: str = ""                    # "<PREFIX>_COST_PER_CALL" (the setting), "table" (pipeline/core/prices.py)
 
 
 # Each backend's own model, size and voice, used when the setting is empty.
@@ -122,6 +124,11 @@ class Settings:
     tts_workers: int | None = None         # the worker-tts pool; None: TTS_MAX_CONCURRENCY
     bundle_workers: int = 1                # the worker-bundle pool
     bulk_queue_depth: int | None = None    # bulk messages waiting in RQ per kind; None: twice its concurrency
+    # the bulk lane's images through the provider's Batch API (pipeline/batches.py; docs/providers.md)
+    image_bulk_backend: str = "sync"       # "batch": bulk-lane images are gathered into Batch API jobs
+    image_batch_max_lines: int = 1_000     # lines per batch (the API takes up to 50,000 per input file)
+    image_batch_gather_seconds: float = 60.0   # how long a line waits for company before its batch is sent
+    image_batch_poll_seconds: float = 30.0     # how often a sent batch is asked how it stands
     media_retention_days: int = 30
     demo_mode: bool = False
     allow_self_approval: bool = False      # the key or person that saved a version may approve it (DEMO_MODE: on)
@@ -263,6 +270,10 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
     backend = values.get("backend", default.backend)
     chosen = {"model": "", "size": "", "voice": "", **BACKEND_DEFAULTS[(prefix, backend)]}
     values = {**chosen, **values, "options": _options(env, prefix)}
+    if "cost_per_call" in values:
+        values["priced_by"] = f"{prefix}_COST_PER_CALL"
+    elif backend in PAID_BACKENDS:
+        values.update(cost_per_call=_table_price(prefix, values), priced_by="table")
     result = ProviderSettings(**{**default.__dict__, **values})
     if result.backend == "openai" and not (result.base_url and result.api_key):
         raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL (such as https://api.openai.com/v1) "
@@ -272,9 +283,18 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
                           f"{prefix}_DAILY_BUDGET (per UTC day, in the unit of {prefix}_COST_PER_CALL), or "
                           f"{prefix}_DAILY_BUDGET=unlimited to say there is none")
     if result.daily_budget is not None and result.cost_per_call <= 0 and result.backend in PAID_BACKENDS:
-        raise ConfigError(f"{prefix}_DAILY_BUDGET={result.daily_budget:g} can never be reached while "
-                          f"{prefix}_COST_PER_CALL is 0: set what a call costs, in the budget's unit")
+        raise ConfigError(f"{prefix}_DAILY_BUDGET={result.daily_budget:g} can never be reached while a call costs 0 "
+                          f"(the price table has no {result.model!r}): set {prefix}_COST_PER_CALL, in the "
+                          f"budget's unit")
     return result
+
+
+def _table_price(prefix: str, values: dict) -> float:
+    """The published price of one call of the configured model (speech: of 1,000 characters); 0 when unknown."""
+    if prefix == "IMAGE":
+        quality = dict(values.get("options") or ()).get("quality")
+        return prices.image_estimate(values.get("model", ""), values.get("size", ""), quality) or 0.0
+    return prices.speech_estimate(values.get("model", ""), 1000) or 0.0
 
 
 PAID_BACKENDS = ("openai",)   # providers that charge for a call: they never start without a spend cap
@@ -395,6 +415,11 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "tts_workers": ("TTS_WORKERS", _int("TTS_WORKERS", 1, 1000)),
         "bundle_workers": ("BUNDLE_WORKERS", _int("BUNDLE_WORKERS", 1, 1000)),
         "bulk_queue_depth": ("BULK_QUEUE_DEPTH", _int("BULK_QUEUE_DEPTH", 1, 100_000)),
+        "image_bulk_backend": ("IMAGE_BULK_BACKEND", _choice("IMAGE_BULK_BACKEND", ("sync", "batch"))),
+        "image_batch_max_lines": ("IMAGE_BATCH_MAX_LINES", _int("IMAGE_BATCH_MAX_LINES", 1, 50_000)),
+        "image_batch_gather_seconds": ("IMAGE_BATCH_GATHER_SECONDS",
+                                       _float("IMAGE_BATCH_GATHER_SECONDS", 0, 86_400)),
+        "image_batch_poll_seconds": ("IMAGE_BATCH_POLL_SECONDS", _float("IMAGE_BATCH_POLL_SECONDS", 0.05, 3600)),
         "media_retention_days": ("MEDIA_RETENTION_DAYS", _int("MEDIA_RETENTION_DAYS", 1, 36_500)),
         "demo_mode": ("DEMO_MODE", _bool("DEMO_MODE")),
         "allow_self_approval": ("ALLOW_SELF_APPROVAL", _bool("ALLOW_SELF_APPROVAL")),
@@ -420,6 +445,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     values["storage"] = _storage(env)
     values.setdefault("allow_self_approval", values.get("demo_mode", False))   # the seed demo approves its own save
     settings = Settings(**values)
+    if settings.image_bulk_backend == "batch" and settings.image.backend != "openai":
+        raise ConfigError(f"IMAGE_BULK_BACKEND=batch sends bulk images through the OpenAI Batch API: it needs "
+                          f"IMAGE_PROVIDER=openai (it is {settings.image.backend})")
     if settings.heartbeat_seconds >= settings.lease_seconds:
         raise ConfigError(
             f"HEARTBEAT_SECONDS={settings.heartbeat_seconds} must be shorter than LEASE_SECONDS={settings.lease_seconds}, "

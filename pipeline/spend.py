@@ -17,6 +17,7 @@ from datetime import date, datetime, timezone
 import psycopg
 
 from pipeline import db
+from pipeline.core import prices
 from pipeline.core.errors import BudgetReached
 from pipeline.settings import ProviderSettings, Settings
 
@@ -29,10 +30,44 @@ class Booking:
     content_id: int
 
 
+def estimate(p: ProviderSettings, kind: str, data: dict, *, batch: bool = False) -> float:
+    """What one call for a task's input `data` is booked at: *_COST_PER_CALL when set (half of it for a batch
+    line), else the price table's figure for the input's model, size and quality (speech: its length)."""
+    if p.priced_by != "table":
+        return round(p.cost_per_call * (prices.BATCH_DISCOUNT if batch else 1.0), 6)
+    model = data.get("model") or p.model
+    if kind == "image":
+        quality = (data.get("options") or {}).get("quality") or dict(p.options).get("quality")
+        cost = prices.image_estimate(model, data.get("size") or p.size, quality, batch=batch)
+    else:
+        cost = prices.speech_estimate(model, len(data.get("text", "")), batch=batch)
+    return p.cost_per_call if cost is None else cost
+
+
+def reported(p: ProviderSettings, kind: str, data: dict, metadata: dict, *, batch: bool = False) -> float | None:
+    """What the provider's answer says the call cost, priced by the table (None: it says nothing we can price,
+    or the cost is set by *_COST_PER_CALL)."""
+    if p.priced_by != "table":
+        return None
+    model = data.get("model") or p.model
+    if kind == "image":
+        return prices.image_reported(model, metadata.get("usage"), batch=batch)
+    return prices.speech_reported(model, len(data.get("text", "")), metadata.get("duration_ms"))
+
+
+def settle(conn: psycopg.Connection, booking: Booking, figure: float) -> None:
+    """In the caller's transaction: the booking's estimate becomes `figure`, what the provider reported."""
+    delta = round(figure - booking.cost, 6)
+    if delta:
+        db.execute(conn, "spend_days_settle", {"provider": booking.provider, "day": booking.day, "delta": delta})
+        db.execute(conn, "content_spend_settle", {"content_id": booking.content_id, "delta": delta})
+
+
 def book(conn: psycopg.Connection, provider: str, content_id: int, p: ProviderSettings,
-         content_limit: float | None, recheck_seconds: float) -> Booking | None:
-    """Book one call's cost inside the caller's transaction; BudgetReached (the caller rolls back) when over."""
-    cost = p.cost_per_call
+         content_limit: float | None, recheck_seconds: float, cost: float | None = None) -> Booking | None:
+    """Book one call's cost (default: the configured model's) inside the caller's transaction;
+    BudgetReached (the caller rolls back) when over."""
+    cost = p.cost_per_call if cost is None else cost
     if cost <= 0:
         return None   # nothing to count against a limit
     db.execute(conn, "spend_days_ensure", {"provider": provider})
@@ -50,9 +85,13 @@ def book(conn: psycopg.Connection, provider: str, content_id: int, p: ProviderSe
 def refund(conn: psycopg.Connection, booking: Booking) -> None:
     """Give a booking back: its call was refused or never sent, so nothing was charged."""
     with conn.transaction():
-        db.execute(conn, "spend_days_refund", {"provider": booking.provider, "day": booking.day,
-                                               "cost": booking.cost})
-        db.execute(conn, "content_spend_refund", {"content_id": booking.content_id, "cost": booking.cost})
+        refund_in(conn, booking)
+
+
+def refund_in(conn: psycopg.Connection, booking: Booking) -> None:
+    """`refund` in the caller's transaction."""
+    db.execute(conn, "spend_days_refund", {"provider": booking.provider, "day": booking.day, "cost": booking.cost})
+    db.execute(conn, "content_spend_refund", {"content_id": booking.content_id, "cost": booking.cost})
 
 
 def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = None) -> dict:
@@ -92,6 +131,11 @@ def _providers(cfg: Settings) -> list[_Provider]:
 def _totals(ledger: list[dict]) -> dict:
     paid = [r for r in ledger if r["outcome"] in ("succeeded", "ambiguous")]
     return {"paid_calls": sum(r["n"] for r in paid), "cost": round(sum(r["cost"] for r in ledger), 6),
+            "estimated": round(sum(r["estimated"] for r in ledger), 6),
+            "reported": round(sum(r["reported"] for r in ledger), 6),
+            "calls_with_reported_usage": sum(r["with_reported"] for r in ledger),
+            "batch_lines": sum(r["batch_lines"] for r in ledger),
+            "batch_savings": round(sum(r["batch_savings"] for r in ledger), 6),
             "reuses": sum(r["n"] for r in ledger if r["outcome"] == "reused"),
             "replays": sum(r["n"] for r in ledger if r["outcome"] == "replayed"),
             "refused_or_not_sent": sum(r["n"] for r in ledger if r["outcome"] in ("permanent", "transient", "busy"))}

@@ -209,6 +209,9 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     if outcome.to is TaskStatus.RETRY:
         db.execute(conn, "outbox_add", {"task_id": seen.task_id, "lane": None,   # the version's lane
                                         "available_at": outcome.available_at})
+    if outcome.code is decide.Reason.REFUSED and seen.kind != "bundle":
+        db.execute(conn, "refused_inputs_add", {"fingerprint": seen.fingerprint, "task_id": seen.task_id,
+                                                "message": outcome.reason[:2000]})
     if outcome.dead_letter:
         db.execute(conn, "dead_letters_insert", {"task_id": seen.task_id, "reason": outcome.dead_letter,
                                                  "last_error": outcome.reason[:2000], "attempts": row["attempts"]})

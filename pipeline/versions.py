@@ -141,7 +141,7 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
     version = db.one(conn, "versions_insert", {
         "content_id": content_id, "base_version": base_version, "title": draft.title, "locale": draft.locale,
         "theme": draft.theme, "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest,
-        "saved_by": actor, "deadline_seconds": cfg.deadline_seconds, "save_key": save_key,
+        "saved_by": actor, "deadline_seconds": lanes.deadline_seconds(cfg, lane), "save_key": save_key,
         "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane})
     if version is None:
         current = db.one(conn, "contents_get", {"content_id": content_id})

@@ -3,7 +3,8 @@
 `Provider.generate` raises only the four classes below, each a `ProviderError`; an adapter
 translates whatever its transport raised into one of them, once, at its boundary:
 
-* `Permanent`: refused for good (bad input, auth): do not retry;
+* `Permanent`: refused for good (bad input, auth): do not retry; `Refused`, a `Permanent`, is
+  the provider's safety system refusing the prompt itself;
 * `Transient`: the request provably never reached the provider: safe to retry;
 * `Ambiguous`: the request may have been executed (and charged): the outcome is unknown;
 * `Busy`: rate limited or no free slot: try later without spending an attempt.
@@ -26,6 +27,11 @@ class ProviderError(Exception):
 
 class Permanent(ProviderError):
     """The provider refused the request for good (bad input, auth): do not retry."""
+
+
+class Refused(Permanent):
+    """The provider's safety system refused this prompt (OpenAI: 400, code `moderation_blocked`): a person must
+    rewrite it; the same input is not sent again unless a person asks."""
 
 
 class Transient(ProviderError):

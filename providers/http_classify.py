@@ -6,7 +6,8 @@ question: could the provider have executed (and charged) the request?
 
 * provably not sent (connection refused, DNS, TLS handshake, connect
   timeout; 408) -> Transient;
-* refused for good (400, 401, 403, 404, 422, other 4xx) -> Permanent;
+* refused for good (400, 401, 403, 404, 422, other 4xx) -> Permanent; a 400 whose code says the
+  provider's safety system refused the prompt (`moderation_blocked`) -> Refused, a Permanent;
 * rate limited or still in progress (429, 503 with Retry-After; 409, the
   idempotency key's first request is still running) -> Busy;
 * anything after the request may have arrived (read timeout, connection
@@ -27,9 +28,13 @@ from collections.abc import Mapping
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
-from .errors import Ambiguous, Busy, Permanent, ProviderError, Transient
+from .errors import Ambiguous, Busy, Permanent, ProviderError, Refused, Transient
 
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
+# The codes of a refusal by the provider's safety system: OpenAI's image API answers 400 with
+# `moderation_blocked` ("Your request was rejected by the safety system"; the "Image generation" guide,
+# "Content moderation").
+REFUSAL_CODES = frozenset({"moderation_blocked"})
 DEFAULT_RETRY_AFTER = 1.0
 # Where ssl errors raised during the handshake (or the hostname check right
 # after it) come from: no request byte has been written at that point.
@@ -73,6 +78,15 @@ def provider_message(body: bytes) -> str:
     except (ValueError, KeyError, TypeError):
         pass
     return body.decode("utf-8", "replace").strip()[:300]
+
+
+def provider_code(body: bytes) -> str | None:
+    """`error.code` of an OpenAI-shaped error body, if it has one."""
+    try:
+        code = json.loads(body)["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return code if isinstance(code, str) else None
 
 
 def _causes(exc: BaseException, limit: int = 8) -> list[BaseException]:
@@ -127,6 +141,8 @@ def _classify_status(answer: HttpStatus) -> ProviderError:
     if status == 408:
         # The server gave up waiting for our request before it was complete.
         return Transient(message, http_status=status)
+    if status == 400 and provider_code(answer.body) in REFUSAL_CODES:
+        return Refused(message, http_status=status)
     if status in PERMANENT_STATUSES or 400 <= status < 500:
         return Permanent(message, http_status=status)
     return Ambiguous(message, http_status=status)

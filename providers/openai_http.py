@@ -134,7 +134,9 @@ def _parse_image(answer: Answer, model: str) -> Result:
         raise BadBody("data[0].b64_json is not a string")
     data = base64.b64decode(encoded, validate=True)
     media_type = sniff_image_type(data)
-    return Result(data, media_type, answer.request_id, {"model": model, **_image_size(data)})
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else None   # GPT image models report tokens
+    return Result(data, media_type, answer.request_id,
+                  {"model": model, **_image_size(data), **({"usage": usage} if usage else {})})
 
 
 def _image_size(data: bytes) -> dict:

@@ -32,6 +32,7 @@ ERROR_WORDS = {
     "budget": _l("Paused by a spend budget; trying again later without using up an attempt"),
     "transient": _l("The request never reached the provider"),
     "permanent_error": _l("The provider refused the request"),
+    "refused": _l("The provider refused this prompt; edit the block to rewrite it"),
     "attempts_exhausted": _l("Every attempt failed"),
     "deadline_passed": _l("Ran out of time before it could finish"),
     "lease_expired": _l("The worker stopped answering while it worked"),

@@ -71,6 +71,7 @@ ROLE_WORDS = {"editor": _l("editor"), "reviewer": _l("reviewer"), "admin": _l("a
 OUTCOME_WORDS = {
     "succeeded": _l("succeeded"), "reused": _l("reused"), "permanent": _l("refused"), "transient": _l("not sent"),
     "ambiguous": _l("outcome unknown"), "busy": _l("busy"), "recovered": _l("recovered"), "replayed": _l("replayed"),
+    "refused": _l("refused by the safety system"),
 }
 ACTION_WORDS = {   # the English words are the action's own name, as the pages always said it
     "transition": _l("transition"), "reused": _l("reused"), "replayed": _l("replayed"),
@@ -81,16 +82,19 @@ ACTION_WORDS = {   # the English words are the action's own name, as the pages a
     "cancel": _l("cancel"), "cancelled": _l("cancelled"), "superseded": _l("superseded"),
     "rejected": _l("rejected"), "changes_requested": _l("changes requested"),
     "approval_withdrawn": _l("approval withdrawn"), "regenerated": _l("regenerated"),
+    "batched": _l("sent in a batch"),
 }
 # How a block or a media changed between two versions (pipeline.core.compare).
 CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("changed"),
                 "unchanged": _l("unchanged"), "reused": _l("reused"), "new": _l("new"),
                 "superseded": _l("superseded")}
 # What needs a person (pipeline.attention), and what they may do about it.
-PROBLEM_WORDS = {"unknown": _l("outcome unknown"), "failed": _l("failed"), "budget": _l("paused by a budget"),
+PROBLEM_WORDS = {"unknown": _l("outcome unknown"), "refused": _l("the provider refused this prompt"),
+                 "failed": _l("failed"), "budget": _l("paused by a budget"),
                  "stuck": _l("past its deadline"), "revoked": _l("cancelled: its key was revoked")}
 ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible second charge"),
                           "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
+                          "edit_block": _l("edit the block's prompt"),
                           "cancel_version": _l("cancel the version, or raise the budget")}
 SCENARIO_WORDS = {
     "media_timeout": _l("an image call fails before it reaches the provider"),

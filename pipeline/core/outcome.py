@@ -30,6 +30,7 @@ class Reason(str, Enum):
     UNKNOWN_OUTCOME = "unknown_outcome"        # the provider may have acted (and charged): unknown
     UNCLASSIFIED_ERROR = "unclassified_error"  # an error we cannot classify: unknown, never retried
     PERMANENT_ERROR = "permanent_error"        # the provider refused for good: failed
+    REFUSED = "refused"                        # the provider's safety system refused the prompt: failed, rewrite it
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"  # failed: no attempt left
     DEADLINE_PASSED = "deadline_passed"        # failed: the version's deadline passed
     LEASE_EXPIRED = "lease_expired"            # the worker stopped answering (retry before the call, else unknown)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from pipeline.core.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, ProviderError, Transient
+from pipeline.core.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, ProviderError, Refused, Transient
 from pipeline.core.outcome import Outcome, Reason
 from pipeline.core.states import TaskStatus
 
@@ -52,6 +52,9 @@ def after_failure(error: Exception, *, attempts: int, max_attempts: int, now: da
     details = {"error_class": error.__class__.__name__}
     if isinstance(error, Ambiguous):
         return _with(Outcome(TaskStatus.UNKNOWN, Reason.UNKNOWN_OUTCOME, f"outcome unknown ({message})"), details)
+    if isinstance(error, Refused):   # never retried by itself: a person rewrites the prompt, or asks again
+        return _with(Outcome(TaskStatus.FAILED, Reason.REFUSED, message, dead_letter="refused by the provider"),
+                     details)
     if isinstance(error, Permanent):
         return _with(Outcome(TaskStatus.FAILED, Reason.PERMANENT_ERROR, message, dead_letter="permanent error"), details)
     if isinstance(error, Busy):

@@ -45,10 +45,11 @@ class Task:
     lease_token: uuid.UUID
     lease_until: datetime
     attempt_ends_at: datetime | None = None   # the heartbeat stops and the call ends by then
+    lane: str = "interactive"                 # its version's lane (pipeline/lanes.py)
 
     @classmethod
     def from_row(cls, row: dict) -> "Task":
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
 
 
 @dataclass(frozen=True)

@@ -2,20 +2,28 @@
 
 -- provider_calls_insert: one row of the call ledger
 INSERT INTO provider_calls (task_id, attempt, provider, model, idempotency_key, outcome, http_status,
-                            latency_ms, cost, accepted_by)
+                            latency_ms, cost, accepted_by, estimated_cost, reported_cost, list_cost, usage, batch_id)
 VALUES (%(task_id)s, %(attempt)s, %(provider)s, %(model)s, %(idempotency_key)s, %(outcome)s, %(http_status)s,
-        %(latency_ms)s, %(cost)s, %(accepted_by)s);
+        %(latency_ms)s, %(cost)s, %(accepted_by)s, %(estimated_cost)s, %(reported_cost)s, %(list_cost)s, %(usage)s,
+        %(batch_id)s);
 
 -- provider_calls_key_charged: an earlier call with this idempotency key may have been charged
 SELECT EXISTS (SELECT 1 FROM provider_calls WHERE idempotency_key = %(idempotency_key)s
                AND outcome = 'ambiguous' AND cost > 0) AS charged;
 
 -- provider_calls_summary_since: the call ledger since a time, per provider and outcome
-SELECT provider, outcome, count(*) AS n, coalesce(sum(cost), 0)::float AS cost FROM provider_calls
+SELECT provider, outcome, count(*) AS n, coalesce(sum(cost), 0)::float AS cost,
+       coalesce(sum(estimated_cost), 0)::float AS estimated, coalesce(sum(reported_cost), 0)::float AS reported,
+       count(reported_cost) AS with_reported, count(batch_id) AS batch_lines,
+       coalesce(sum(list_cost - cost) FILTER (WHERE batch_id IS NOT NULL), 0)::float AS batch_savings
+FROM provider_calls
 WHERE at >= %(since)s GROUP BY 1, 2 ORDER BY 1, 2;
 
 -- provider_calls_summary_of_content: one content's call ledger, per provider and outcome
-SELECT pc.provider, pc.outcome, count(*) AS n, coalesce(sum(pc.cost), 0)::float AS cost
+SELECT pc.provider, pc.outcome, count(*) AS n, coalesce(sum(pc.cost), 0)::float AS cost,
+       coalesce(sum(pc.estimated_cost), 0)::float AS estimated, coalesce(sum(pc.reported_cost), 0)::float AS reported,
+       count(pc.reported_cost) AS with_reported, count(pc.batch_id) AS batch_lines,
+       coalesce(sum(pc.list_cost - pc.cost) FILTER (WHERE pc.batch_id IS NOT NULL), 0)::float AS batch_savings
 FROM provider_calls pc JOIN tasks t ON t.id = pc.task_id
 WHERE t.content_id = %(content_id)s GROUP BY 1, 2 ORDER BY 1, 2;
 

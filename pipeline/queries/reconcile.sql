@@ -28,6 +28,8 @@ RETURNING id, slot, missed_before;
 SELECT t.*, v.cancel_requested_at IS NOT NULL AS cancel_requested FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 WHERE t.status = 'running' AND t.lease_until < now()
+  AND NOT EXISTS (SELECT 1 FROM batch_lines l   -- a batch line's task is the batch's to settle (pipeline/batches.py)
+                  WHERE l.task_id = t.id AND l.lease_token = t.lease_token AND l.settled_at IS NULL)
 ORDER BY t.lease_until LIMIT %(limit)s;
 
 -- reconcile_unknown: unknown tasks to ask the provider about again, least recently tried first

@@ -58,6 +58,9 @@ SELECT coalesce((SELECT spent FROM spend_days WHERE provider = %(provider)s
 UPDATE spend_days SET spent = greatest(spent - %(cost)s, 0), calls = greatest(calls - 1, 0)
 WHERE provider = %(provider)s AND day = %(day)s;
 
+-- spend_days_settle: a booked call's estimate becomes the figure the provider reported (`delta`: reported - booked)
+UPDATE spend_days SET spent = greatest(spent + %(delta)s, 0) WHERE provider = %(provider)s AND day = %(day)s;
+
 -- spend_days_of_today: every provider's bookings today (UTC day)
 SELECT provider, spent::float AS spent, calls FROM spend_days
 WHERE day = (now() AT TIME ZONE 'UTC')::date ORDER BY provider;
@@ -73,3 +76,18 @@ RETURNING spent;
 -- content_spend_refund: give back a content's booking whose call provably cost nothing
 UPDATE content_spend SET spent = greatest(spent - %(cost)s, 0), calls = greatest(calls - 1, 0)
 WHERE content_id = %(content_id)s;
+
+-- content_spend_settle: a content's booked call becomes the figure the provider reported
+UPDATE content_spend SET spent = greatest(spent + %(delta)s, 0) WHERE content_id = %(content_id)s;
+
+-- refused_inputs_add: the provider refused this input's prompt; it is not sent again unchanged unless a person asks
+INSERT INTO refused_inputs (fingerprint, task_id, message) VALUES (%(fingerprint)s, %(task_id)s, %(message)s)
+ON CONFLICT (fingerprint) DO NOTHING;   -- the first refusal keeps its own words
+
+-- refused_inputs_of_task: the provider's earlier refusal of this task's input, if any
+SELECT r.task_id, r.message, r.at FROM refused_inputs r JOIN tasks t ON t.fingerprint = r.fingerprint
+WHERE t.id = %(task_id)s;
+
+-- refused_inputs_forget: a person asks for this task's input to be sent again although it was refused
+DELETE FROM refused_inputs r USING tasks t WHERE t.id = %(task_id)s AND r.fingerprint = t.fingerprint
+RETURNING r.task_id, r.message;

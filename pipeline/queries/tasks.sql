@@ -81,7 +81,7 @@ WITH candidate AS (
            'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
     FROM claimed
 )
-SELECT claimed.*, v.saved_at FROM claimed
+SELECT claimed.*, v.saved_at, v.lane::text AS lane FROM claimed
 JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
 
 -- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a

@@ -15,7 +15,7 @@ COMMANDS = sorted(p.name for p in (ROOT / "bin").iterdir()
 
 
 def test_every_command_is_listed():
-    assert COMMANDS == ["dev", "dispatch", "import", "keys", "migrate", "reconcile", "soak", "test"]
+    assert COMMANDS == ["batches", "dev", "dispatch", "import", "keys", "migrate", "reconcile", "soak", "test"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -5,7 +5,9 @@ against fake providers that answer images in 2 s and speech in 1 s, with limits 
   and each provider sees exactly 4 concurrent calls at its peak, never more;
 * the same lesson saved by an editor behind a bulk import of 50 lessons finishes within 1.5x
   of its time alone;
-* the worker processes are RQ's stock `rq worker-pool`, and Ctrl-C leaves no process behind.
+* the worker processes are RQ's stock `rq worker-pool`, and Ctrl-C leaves no process behind;
+* with IMAGE_BULK_BACKEND=batch, the editor's lesson saved while the import's images wait in a Batch API
+  job finishes within 1.5x of its time alone, as it does today.
 """
 
 from __future__ import annotations
@@ -93,5 +95,47 @@ def test_the_readme_stack_keeps_the_providers_busy_and_editors_first(database_ur
         image.stop()
         speech.stop()
     # Ctrl-C stopped bin/dev and every process it started
+    assert stack.proc.returncode == 0, stack.tail()
+    assert left == []
+
+
+def test_an_editors_lesson_is_as_fast_while_a_bulk_import_waits_in_a_batch(database_url, redis_url, tmp_path):
+    image, speech = fake_provider(IMAGE_SECONDS), fake_provider(SPEECH_SECONDS)
+    image.batch.script.seconds = 3600   # the import's batch is still pending when the editor saves
+    env = dict(provider_env(image, speech, LIMIT), IMAGE_BULK_BACKEND="batch", IMAGE_BATCH_GATHER_SECONDS="1",
+               IMAGE_BATCH_POLL_SECONDS="1")
+    stack = DevStack.start(database_url=database_url, redis_url=redis_url, media_dir=tmp_path / "media",
+                           port=free_port(), log=tmp_path / "dev.log", **env)
+    left = None
+    try:
+        stack.wait_ready()
+        stack.wait_done(stack.save(lesson(2, "warm-up"))[1]["content_id"])
+        started, body = stack.save(lesson(BLOCKS, "alone"))
+        alone = stack.wait_done(body["content_id"])["ended"] - started
+
+        backlog = tmp_path / "backlog.jsonl"
+        backlog.write_text("".join(json.dumps(lesson(BLOCKS, f"bulk-{i}"), ensure_ascii=False) + "\n"
+                                   for i in range(BACKLOG)))
+        imported = stack.run_import(backlog)
+        assert imported.returncode == 0, imported.stderr[-2000:]
+        deadline = time.monotonic() + 120
+        while image.batch.created == 0:
+            assert time.monotonic() < deadline, f"no batch was created\n{stack.tail()}"
+            time.sleep(0.05)
+        started, body = stack.save(lesson(BLOCKS, "editor"))
+        done = stack.wait_done(body["content_id"])
+        behind = done["ended"] - started
+        assert done["statuses"] == ["succeeded"]
+        assert behind <= 1.5 * alone, f"behind the batch {behind:.2f} s, alone {alone:.2f} s\n{stack.tail()}"
+        # the import's images went to the Batch API, not to the synchronous endpoint the editor's used
+        with connect(database_url, autocommit=True) as conn:
+            in_batches = conn.execute("SELECT count(*) AS n FROM batch_lines WHERE outcome IS NULL").fetchone()["n"]
+        assert in_batches > 0 and image.max_in_flight("image") <= LIMIT
+        print(f"alone {alone:.2f} s; while {in_batches} bulk images wait in a batch {behind:.2f} s "
+              f"({behind / alone:.2f}x alone)")
+    finally:
+        left = stack.stop()
+        image.stop()
+        speech.stop()
     assert stack.proc.returncode == 0, stack.tail()
     assert left == []

@@ -25,7 +25,7 @@ def argv_of(command: str, env: dict[str, str]) -> list[str]:
 
 def test_the_procfile_lists_the_web_app_one_worker_pool_per_kind_and_the_dispatcher():
     assert [name for name, _ in devstack.read_procfile()] == [
-        "web", "worker-image", "worker-tts", "worker-bundle", "dispatcher"]
+        "web", "worker-image", "worker-tts", "worker-bundle", "dispatcher", "batcher"]
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))

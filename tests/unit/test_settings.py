@@ -35,7 +35,8 @@ def test_defaults_need_no_environment():
      "IMAGE_PROVIDER=openai is a paid provider and needs a spend cap: set IMAGE_DAILY_BUDGET .* "
      "IMAGE_DAILY_BUDGET=unlimited"),
     ({"TTS_PROVIDER": "openai", "TTS_BASE_URL": "https://api.example.com/v1", "TTS_API_KEY": "k",
-      "TTS_DAILY_BUDGET": "20"}, "TTS_DAILY_BUDGET=20 can never be reached while TTS_COST_PER_CALL is 0"),
+      "TTS_MODEL": "a-compatible-servers-voice", "TTS_DAILY_BUDGET": "20"},
+     "TTS_DAILY_BUDGET=20 can never be reached while a call costs 0 .* set TTS_COST_PER_CALL"),
     ({"KEY_DAILY_SPEND": "lots"}, "KEY_DAILY_SPEND='lots' is not a number"),
     ({"IMAGE_QUALITY": "ultra"}, "IMAGE_QUALITY"),
     ({"IMAGE_OUTPUT_FORMAT": "gif"}, "IMAGE_OUTPUT_FORMAT"),
