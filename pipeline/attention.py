@@ -18,10 +18,10 @@ import psycopg
 
 from pipeline import db, review
 from pipeline.core.errors import Conflict, InvalidInput, NotFound
+from pipeline.core.states import KINDS
 from pipeline.settings import Settings
 
 PROBLEMS = ("unknown", "refused", "failed", "budget", "stuck", "revoked")
-KINDS = ("image", "tts", "bundle")
 # What a person may do with a task, by its problem.
 ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retry",),
            "refused": ("edit_block", "retry"),   # rewrite the prompt; a retry sends the same prompt again

@@ -27,7 +27,8 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from pipeline import db
-from pipeline.lanes import BULK, INTERACTIVE, KINDS, bulk_depths, queue_name
+from pipeline.core.states import KINDS
+from pipeline.lanes import BULK, INTERACTIVE, bulk_depths, queue_name
 from pipeline.log import log
 from pipeline.settings import Settings
 

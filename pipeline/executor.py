@@ -33,6 +33,7 @@ from pipeline.core import policy
 from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Asset, Task
+from pipeline.core.states import MEDIA_KINDS
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
 from providers.base import GenerateRequest, Provider, Result
@@ -121,7 +122,7 @@ def build_providers(cfg: Settings) -> dict[str, Provider]:
     try:
         return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
                                      journal_dir=cfg.media_dir / "provider-journal" / kind)
-                for kind in ("image", "tts")}
+                for kind in MEDIA_KINDS}
     except ProviderConfigError as exc:
         raise ConfigError(str(exc)) from exc
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.core.errors import InvalidInput
+from pipeline.core.states import KINDS
 from pipeline.settings import Settings
 
-KINDS = ("image", "tts", "bundle")
 INTERACTIVE, BULK = LANES = ("interactive", "bulk")
 
 

@@ -11,7 +11,6 @@ URLs are the web layer's business: documents carry sha256 digests, not paths.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable
 
@@ -21,12 +20,9 @@ from pipeline import db
 from pipeline.core.compare import Side, compare
 from pipeline.core.errors import NotFound
 from pipeline.core.replay import runs as run_chain
-from pipeline.core.records import extension
 from pipeline.core.states import TaskStatus
 from receipts.calls import ReceiptBook
 
-# Ledger outcomes after which the provider may have charged us.
-CHARGED = frozenset({"succeeded", "ambiguous"})
 WAITING = frozenset({TaskStatus.READY.value, TaskStatus.RETRY.value})
 STATUS_ORDER = [s.value for s in TaskStatus]
 
@@ -194,7 +190,7 @@ def summarise_spend(calls: Iterable[dict]) -> dict:
     outcomes = Counter(c["outcome"] for c in calls)
     charged: dict[int, list[dict]] = {}
     for call in calls:
-        if call["outcome"] in CHARGED:
+        if call["charged"]:   # call_may_have_charged, in SQL
             charged.setdefault(call["task_id"], []).append(call)
     twice = [{"task_id": task_id, "kind": rows[0]["kind"], "block": rows[0]["block_key"],
               "charged_calls": len(rows), "cost": _money(sum(_money(r["cost"]) for r in rows)),

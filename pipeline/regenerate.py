@@ -16,14 +16,13 @@ import secrets
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from pipeline import db, lanes, versions
+from pipeline import db, events, lanes, versions
 from pipeline.core.content import Draft, block_from_snapshot, with_regeneration
 from pipeline.core.errors import Conflict, NotFound
+from pipeline.core.states import MEDIA_KINDS
 from pipeline.settings import Settings
 
-KINDS = ("image", "tts")
 NEEDS_CONSENT = ("A regeneration makes a new paid call for this {kind} (estimated cost {cost:g}) even though "
                  "the same input already has an asset. Send {{\"accept_new_charge\": true, \"reason\": \"...\"}} "
                  "to regenerate it")
@@ -45,7 +44,7 @@ def _target(conn: psycopg.Connection, task_id: int) -> dict:
     task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
     if task is None:
         raise NotFound(f"task {task_id} does not exist")
-    if task["kind"] not in KINDS:
+    if task["kind"] not in MEDIA_KINDS:
         raise Conflict(f"task {task_id} is a bundle; regenerate one of its images or narrations instead",
                        code="not_regenerable", details={"kind": task["kind"]})
     if task["status"] != "succeeded":
@@ -78,10 +77,8 @@ def regenerate(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: 
         new = next(t for t in db.all(conn, "tasks_of_version", {"content_id": saved.content_id,
                                                                 "version": saved.version})
                    if (t["kind"], t["block_key"]) == (task["kind"], task["block_key"]))
-        db.execute(conn, "events_insert", {
-            "task_id": new["id"], "content_id": saved.content_id, "version": saved.version, "action": "regenerated",
-            "from_status": None, "to_status": None, "actor": actor, "attempt": None, "lease_token": None,
-            "reason": reason[:2000], "details": Jsonb({
-                "replaced_task_id": task_id, "replaced_version": task["version"],
-                "replaced_sha256": task["asset_sha256"], "nonce": nonce, "estimated_cost": cost})})
+        events.record(conn, task_id=new["id"], content_id=saved.content_id, version=saved.version,
+                      action="regenerated", actor=actor, reason=reason, details={
+                          "replaced_task_id": task_id, "replaced_version": task["version"],
+                          "replaced_sha256": task["asset_sha256"], "nonce": nonce, "estimated_cost": cost})
     return Regenerated(saved, new["id"], task["asset_sha256"], cost)

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from pipeline import db, tasks
+from pipeline import db, events, tasks
 from pipeline.core import replay as rules
 from pipeline.core.errors import Conflict, NotFound
 from pipeline.core.states import TaskStatus
@@ -92,8 +91,7 @@ def _record_event(conn: psycopg.Connection, row: dict, record: dict, letter: dic
                "deadline_after": record["deadline_after"].isoformat(),
                "deadline_extended": record["deadline_after"] != record["deadline_before"],
                "dependents_extended": dependents}
-    db.execute(conn, "events_insert", {
-        "task_id": row["id"], "content_id": row["content_id"], "version": row["version"], "action": ACTION,
-        "from_status": TaskStatus.FAILED.value, "to_status": TaskStatus.READY.value, "actor": actor,
-        "attempt": row["attempts"], "lease_token": None, "reason": why[:2000], "details": Jsonb(details)})
+    events.record(conn, task_id=row["id"], content_id=row["content_id"], version=row["version"], action=ACTION,
+                  from_status=TaskStatus.FAILED.value, to_status=TaskStatus.READY.value, actor=actor,
+                  attempt=row["attempts"], reason=why, details=details)
 

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
-from psycopg.types.json import Jsonb
 
-from pipeline import bundle, db, lanes, tasks, versions
+from pipeline import bundle, db, events, lanes, tasks, versions
 from pipeline.core.delivery import delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.core.states import TaskStatus, check_transition
@@ -49,10 +48,9 @@ class Reopened:
 
 def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_status: str | None,
            from_status: str | None, reason: str, details: dict | None = None, task_id: int | None = None) -> None:
-    db.execute(conn, "events_insert", {
-        "task_id": task_id, "content_id": row["content_id"], "version": row["version"], "action": action,
-        "from_status": from_status, "to_status": to_status, "actor": actor, "attempt": row.get("attempts"),
-        "lease_token": None, "reason": reason, "details": Jsonb(details) if details else None})
+    events.record(conn, task_id=task_id, content_id=row["content_id"], version=row["version"], action=action,
+                  from_status=from_status, to_status=to_status, actor=actor, attempt=row.get("attempts"),
+                  reason=reason, details=details)
 
 
 def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str, key_id: int | None = None,
@@ -116,7 +114,7 @@ def decide(conn: psycopg.Connection, content_id: int, version: int, decision: st
                            code="version_approved", details={"approved_version": version})
         words = "rejected" if decision == "rejected" else "changes requested"
         _event(conn, {"content_id": content_id, "version": version}, decision, actor=actor, to_status=None,
-               from_status=None, reason=note[:2000], details={"decision": decision, "summary": f"version {version} "
+               from_status=None, reason=note, details={"decision": decision, "summary": f"version {version} "
                                                                f"{words}"})
     return {"content_id": content_id, "version": version, "decision": decision, "note": note, "by": actor}
 
@@ -135,7 +133,7 @@ def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str,
         if db.one(conn, "contents_withdraw_approval", {"content_id": content_id, "version": version}) is None:
             raise Conflict(f"version {version} changed while withdrawing; reload and try again", code="stale")
         _event(conn, {"content_id": content_id, "version": version}, "approval_withdrawn", actor=actor,
-               to_status=None, from_status=None, reason=note[:2000], details={"decision": "approval_withdrawn"})
+               to_status=None, from_status=None, reason=note, details={"decision": "approval_withdrawn"})
     return {"content_id": content_id, "version": version, "withdrawn_by": actor, "note": note}
 
 
@@ -216,7 +214,7 @@ def resolve_failed(conn: psycopg.Connection, task_id: int, note: str, *, actor: 
         if row is None:
             raise Conflict(f"task {task_id} changed while resolving; reload and try again", code="stale")
         _event(conn, row, "resolved_failed", actor=actor, from_status="unknown", to_status="failed",
-               reason=note[:2000], task_id=task_id)
+               reason=note, task_id=task_id)
     return row
 
 

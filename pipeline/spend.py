@@ -129,7 +129,7 @@ def _providers(cfg: Settings) -> list[_Provider]:
 
 
 def _totals(ledger: list[dict]) -> dict:
-    paid = [r for r in ledger if r["outcome"] in ("succeeded", "ambiguous")]
+    paid = [r for r in ledger if r["charged"]]
     return {"paid_calls": sum(r["n"] for r in paid), "cost": round(sum(r["cost"] for r in ledger), 6),
             "estimated": round(sum(r["estimated"] for r in ledger), 6),
             "reported": round(sum(r["reported"] for r in ledger), 6),

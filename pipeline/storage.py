@@ -43,11 +43,6 @@ def receipt_book(cfg: Settings) -> ReceiptBook:
     return ReceiptBook(objects(cfg))
 
 
-def receipts_of_task(cfg: Settings, task_id: int) -> list[dict]:
-    """Every receipt of a task, for the task page and API."""
-    return receipt_book(cfg).of_task(task_id)
-
-
 def has_asset(cfg: Settings, sha256: str) -> bool:
     return media_store(cfg).has(sha256)
 

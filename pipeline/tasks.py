@@ -24,12 +24,12 @@ from typing import Protocol
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, ledger
+from pipeline import db, events, ledger
 from pipeline.core import outcome as decide
 from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
 from pipeline.core.outcome import Outcome
-from pipeline.core.records import Asset, Task
+from pipeline.core.records import Asset, Task, clip
 from pipeline.core.states import UNFINISHED, TaskStatus, check_transition
 from pipeline.settings import Settings
 
@@ -98,7 +98,7 @@ def resolve_failed(conn: psycopg.Connection, task_id: int, last_error: str) -> d
     """An editor closes an `unknown` task as failed, with a dead letter (in the caller's transaction, which writes
     the event); None when the task is no longer unknown."""
     check_transition(S.UNKNOWN, S.FAILED, "editor")
-    return db.one(conn, "tasks_resolve_failed", {"task_id": task_id, "last_error": last_error[:2000]})
+    return db.one(conn, "tasks_resolve_failed", {"task_id": task_id, "last_error": clip(last_error)})
 
 
 def take_input(conn: psycopg.Connection, task: Task, hold_seconds: float) -> bool:
@@ -211,15 +211,15 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
                                         "available_at": outcome.available_at})
     if outcome.code is decide.Reason.REFUSED and seen.kind != "bundle":
         db.execute(conn, "refused_inputs_add", {"fingerprint": seen.fingerprint, "task_id": seen.task_id,
-                                                "message": outcome.reason[:2000]})
+                                                "message": clip(outcome.reason)})
     if outcome.dead_letter:
         db.execute(conn, "dead_letters_insert", {"task_id": seen.task_id, "reason": outcome.dead_letter,
-                                                 "last_error": outcome.reason[:2000], "attempts": row["attempts"]})
+                                                 "last_error": clip(outcome.reason), "attempts": row["attempts"]})
     return Applied(outcome.to, row, queued)
 
 
 def _move(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: str) -> dict | None:
-    error = None if outcome.error is None else outcome.error[:2000]
+    error = None if outcome.error is None else clip(outcome.error)
     return db.one(conn, "tasks_move", {
         "task_id": seen.task_id, "from_status": seen.status.value, "lease_token": seen.lease_token,
         "fence": seen.by, "to_status": outcome.to.value, "actor": actor, "event": outcome.event,
@@ -321,7 +321,5 @@ def find_reusable(conn: psycopg.Connection, fingerprint: str) -> Asset | None:
 
 def record_event(conn: psycopg.Connection, task: Task, action: str, *, actor: str, reason: str = "",
                  details: dict | None = None) -> None:
-    db.execute(conn, "events_insert", {
-        "task_id": task.id, "content_id": task.content_id, "version": task.version, "action": action,
-        "from_status": None, "to_status": None, "actor": actor, "attempt": task.attempts,
-        "lease_token": task.lease_token, "reason": reason, "details": Jsonb(details) if details else None})
+    events.record(conn, task_id=task.id, content_id=task.content_id, version=task.version, action=action,
+                  actor=actor, attempt=task.attempts, lease_token=task.lease_token, reason=reason, details=details)

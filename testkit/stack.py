@@ -22,6 +22,7 @@ import redis
 import requests
 
 from pipeline import keys, lanes, settings as settings_mod
+from pipeline.core.states import KINDS
 from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 
@@ -126,7 +127,7 @@ class DevStack:
         return f"http://127.0.0.1:{self.port}"
 
     def worker_count(self) -> int:
-        return sum(lanes.workers(self.cfg, kind) for kind in lanes.KINDS)
+        return sum(lanes.workers(self.cfg, kind) for kind in KINDS)
 
     def wait_ready(self, timeout: float = 90) -> None:
         """Until the web app answers and every worker of the pools has registered with RQ."""

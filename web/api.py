@@ -5,7 +5,7 @@ Views parse input, call `pipeline`, and shape the answer; errors become JSON in 
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, g, jsonify, request, url_for
+from flask import Blueprint, Response, g, jsonify, url_for
 
 from pipeline import dispatch, lanes, overview, review, versions
 from pipeline.core.content import parse_draft

@@ -10,13 +10,13 @@ from flask import g, jsonify, request, url_for
 
 from pipeline import attention, overview, regenerate, review
 from pipeline.core.errors import InvalidInput
+from pipeline.core.records import MAX_NOTE
 from web import inputs
 from web.api import accepted, bp as api_bp, send_fast
 from web.auth import require
 from web.db import get_conn, settings
 
 bp = api_bp   # one "api" blueprint; these views live in their own module to keep modules short
-MAX_NOTE = 2000
 
 
 def version_arg(name: str, default: int | None) -> int:

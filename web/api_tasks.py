@@ -7,13 +7,13 @@ from flask import g, jsonify, url_for
 from pipeline import demo, overview, replay, review, storage
 from pipeline.core.replay import MAX_EXTENSION_SECONDS
 from pipeline.core.errors import InvalidInput, NotFound
+from pipeline.core.records import MAX_NOTE
 from web import inputs
 from web.api import accepted, bp as api_bp, media_url, send_fast
 from web.auth import require
 from web.db import get_conn, settings
 
 bp = api_bp  # one "api" blueprint; these views live in their own module to keep modules short
-MAX_NOTE = 2000
 
 
 @bp.get("/tasks/<id:task_id>")

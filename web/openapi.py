@@ -11,6 +11,7 @@ from flask import Blueprint, jsonify
 from pipeline import attention
 from pipeline.core.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
 from pipeline.core.outcome import Reason
+from pipeline.core.states import KINDS
 from pipeline.demo import SCENARIOS, themes
 
 bp = Blueprint("openapi", __name__)
@@ -108,7 +109,7 @@ SCHEMAS = {
                                                  "approved_version": {"type": ["integer", "null"]},
                                                  "versions": {"type": "array", "items": OBJECT}}},
     "Task": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "kind": {"enum": ["image", "tts", "bundle"]}, "block": {"type": ["string", "null"]},
+        "id": {"type": "integer"}, "kind": {"enum": list(KINDS)}, "block": {"type": ["string", "null"]},
         "status": {"type": "string"}, "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
         "last_error_code": {"enum": [*(reason.value for reason in Reason), None],
@@ -241,7 +242,7 @@ def review_paths() -> dict:
             "Tasks that need a person across all contents, with the actions each allows",
             {"200": body(ref("Attention")), **errors(422)}, tag="tasks", params=[
                 query("problem", {"enum": list(attention.PROBLEMS)}, "only this problem"),
-                query("kind", {"enum": ["image", "tts", "bundle"]}, "only this kind"),
+                query("kind", {"enum": list(KINDS)}, "only this kind"),
                 query("content_id", {"type": "integer", "minimum": 1}, "only this content"), *PAGING])},
         "/api/attention/retry": {"post": op(
             "Retry failed tasks in bulk, all or none (503 over capacity); unknown ones are refused (needs_consent)",

@@ -8,7 +8,7 @@ consented to it. Reading needs the `read` permission, like the rest of the board
 
 from __future__ import annotations
 
-from flask import jsonify, render_template, request
+from flask import jsonify, render_template
 
 from pipeline import overview, spend
 from web import inputs

@@ -14,14 +14,13 @@ from werkzeug.datastructures import MultiDict
 from pipeline import demo, overview, replay, review, versions
 from pipeline.core.content import LIMITS, parse_draft
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.records import MAX_NOTE
 from web import i18n
 from web.api import send_fast
 from web.db import get_conn, settings
 from web.inputs import MAX_VERSION, check_storable, whole
 from web.ui import _safe_next, bp, need
 from web.words import refusal
-
-MAX_NOTE = 2000
 
 
 def form_blocks(form: MultiDict) -> list[dict]:

@@ -13,6 +13,8 @@ from flask_babel import gettext
 
 from pipeline import attention, overview, regenerate, review
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.states import KINDS
+from pipeline.core.records import MAX_NOTE
 from web.api import send_fast
 from web.api_review import attention_filters, compared, page_args
 from web.db import get_conn, settings
@@ -20,7 +22,6 @@ from web.inputs import check_storable, id_list
 from web.ui import bp, need
 from web.words import refusal
 
-MAX_NOTE = 2000
 REFUSALS = (Conflict, CapacityExceeded, KeyLimitReached, InvalidInput, NotFound)
 
 
@@ -100,7 +101,7 @@ def attention_page():
     except InvalidInput as exc:
         flash(refusal(gettext("Filter ignored"), exc), "error")
         doc = attention.tasks(get_conn(), limit=limit, offset=offset)
-    return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=attention.KINDS)
+    return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=KINDS)
 
 
 @bp.post("/attention")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-MEDIA = ("image", "tts")
+from pipeline.core.states import MEDIA_KINDS
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def compare(old: Side, new: Side) -> dict:
             row["text_diff"] = text_diff(before["text"], after["text"])
             row["prompt_diff"] = text_diff(before.get("image_prompt") or "", after.get("image_prompt") or "")
         blocks.append(row)
-        for kind in MEDIA:
+        for kind in MEDIA_KINDS:
             if (kind, key) in old_tasks or (kind, key) in new_tasks:
                 media.append(_media_row(key, kind, old_tasks.get((kind, key)), new_tasks.get((kind, key))))
     counts = {c: sum(1 for b in blocks if b["change"] == c) for c in ("added", "removed", "changed", "unchanged")}

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from pipeline.core.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, ProviderError, Refused, Transient
 from pipeline.core.outcome import Outcome, Reason
+from pipeline.core.records import clip
 from pipeline.core.states import TaskStatus
 
 WAITS = {"input": Reason.WAITING_INPUT, "budget": Reason.BUDGET}   # Busy subclasses' `waiting_for`
@@ -75,7 +76,7 @@ def after_failure(error: Exception, *, attempts: int, max_attempts: int, now: da
 
 def _with(outcome: Outcome, details: dict) -> Outcome:
     """The outcome of a failed attempt: its reason is the error it records, its event names the error's class."""
-    return Outcome(outcome.to, outcome.code, outcome.reason, error=outcome.reason[:2000],
+    return Outcome(outcome.to, outcome.code, outcome.reason, error=clip(outcome.reason),
                    available_at=outcome.available_at, refund_attempt=outcome.refund_attempt,
                    waiting_for=outcome.waiting_for, dead_letter=outcome.dead_letter, details=details)
 

@@ -9,6 +9,15 @@ from urllib.parse import quote
 
 from providers.base import Result
 
+# The longest note, reason or error text an event, a dead letter or a task keeps; longer text is cut.
+MAX_NOTE = 2000
+
+
+def clip(text: str) -> str:
+    """`text` cut to MAX_NOTE characters, as the records keep it."""
+    return text[:MAX_NOTE]
+
+
 # File extensions of the media types we store, for names in bundles and downloads.
 EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
               "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip"}

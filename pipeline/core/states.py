@@ -27,6 +27,9 @@ class TaskKind(str, Enum):
     BUNDLE = "bundle"
 
 
+KINDS = tuple(kind.value for kind in TaskKind)              # every task kind, as the API and queues name it
+MEDIA_KINDS = (TaskKind.IMAGE.value, TaskKind.TTS.value)    # the kinds that call a provider
+
 S = TaskStatus
 TERMINAL = frozenset({S.FAILED, S.SUCCEEDED, S.SUPERSEDED, S.CANCELLED})
 UNFINISHED = frozenset({S.READY, S.RUNNING, S.RETRY, S.UNKNOWN})
@@ -62,7 +65,3 @@ def check_transition(current: TaskStatus | str, target: TaskStatus | str, actor:
     if actor not in allowed:
         raise StaleTransition(f"{actor} may not move a task from {current.value} to {target.value}; "
                               f"only {', '.join(sorted(allowed))} may")
-
-
-def is_terminal(status: TaskStatus | str) -> bool:
-    return TaskStatus(status) in TERMINAL

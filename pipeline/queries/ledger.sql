@@ -12,7 +12,7 @@ SELECT EXISTS (SELECT 1 FROM provider_calls WHERE idempotency_key = %(idempotenc
                AND outcome = 'ambiguous' AND cost > 0) AS charged;
 
 -- provider_calls_summary_since: the call ledger since a time, per provider and outcome
-SELECT provider, outcome, count(*) AS n, coalesce(sum(cost), 0)::float AS cost,
+SELECT provider, outcome, call_may_have_charged(outcome) AS charged, count(*) AS n, coalesce(sum(cost), 0)::float AS cost,
        coalesce(sum(estimated_cost), 0)::float AS estimated, coalesce(sum(reported_cost), 0)::float AS reported,
        count(reported_cost) AS with_reported, count(batch_id) AS batch_lines,
        coalesce(sum(list_cost - cost) FILTER (WHERE batch_id IS NOT NULL), 0)::float AS batch_savings
@@ -20,7 +20,7 @@ FROM provider_calls
 WHERE at >= %(since)s GROUP BY 1, 2 ORDER BY 1, 2;
 
 -- provider_calls_summary_of_content: one content's call ledger, per provider and outcome
-SELECT pc.provider, pc.outcome, count(*) AS n, coalesce(sum(pc.cost), 0)::float AS cost,
+SELECT pc.provider, pc.outcome, call_may_have_charged(pc.outcome) AS charged, count(*) AS n, coalesce(sum(pc.cost), 0)::float AS cost,
        coalesce(sum(pc.estimated_cost), 0)::float AS estimated, coalesce(sum(pc.reported_cost), 0)::float AS reported,
        count(pc.reported_cost) AS with_reported, count(pc.batch_id) AS batch_lines,
        coalesce(sum(pc.list_cost - pc.cost) FILTER (WHERE pc.batch_id IS NOT NULL), 0)::float AS batch_savings
@@ -34,16 +34,16 @@ SELECT pc.id, pc.task_id, pc.provider, pc.outcome, pc.cost::float AS cost, pc.at
        (SELECT e.actor FROM events e WHERE e.task_id = pc.task_id AND e.action = 'duplicate_risk_accepted'
           AND e.attempt < pc.attempt ORDER BY e.id DESC LIMIT 1) AS consented_by
 FROM provider_calls pc JOIN tasks t ON t.id = pc.task_id
-WHERE pc.outcome IN ('succeeded', 'ambiguous') AND pc.at >= %(since)s
+WHERE call_may_have_charged(pc.outcome) AND pc.at >= %(since)s
   AND (%(content_id)s::bigint IS NULL OR t.content_id = %(content_id)s)
   AND EXISTS (SELECT 1 FROM tasks t2 JOIN provider_calls p2 ON p2.task_id = t2.id
-              WHERE t2.fingerprint = t.fingerprint AND p2.outcome IN ('succeeded', 'ambiguous') AND p2.id < pc.id)
+              WHERE t2.fingerprint = t.fingerprint AND call_may_have_charged(p2.outcome) AND p2.id < pc.id)
 ORDER BY pc.id DESC LIMIT 200;
 
 -- provider_calls_of_version: the call ledger of a version; a call made after someone accepted the risk of a
 -- duplicate charge for its task names that person (read from the event, so the ledger needs no update)
 SELECT pc.id, pc.task_id, pc.attempt, pc.provider, pc.model, pc.outcome, pc.http_status, pc.latency_ms,
-       pc.cost, pc.at, t.kind, t.block_key,
+       pc.cost, pc.at, t.kind, t.block_key, call_may_have_charged(pc.outcome) AS charged,
        coalesce(pc.accepted_by,
                 (SELECT e.actor FROM events e
                  WHERE e.task_id = pc.task_id AND e.action = 'duplicate_risk_accepted' AND e.attempt < pc.attempt

@@ -45,7 +45,7 @@ WHERE t.id = %(task_id)s;
 -- tasks_of_version_with_cost: a version's media tasks with their input and what their calls cost (compare page)
 SELECT t.id, t.kind::text AS kind, t.block_key, t.status::text AS status, t.fingerprint, t.asset_sha256, t.input,
        coalesce(sum(p.cost), 0)::float AS cost,
-       count(p.id) FILTER (WHERE p.outcome IN ('succeeded', 'ambiguous')) AS paid_calls,
+       count(p.id) FILTER (WHERE call_may_have_charged(p.outcome)) AS paid_calls,
        coalesce(bool_or(p.outcome = 'reused'), false) AS reused
 FROM tasks t LEFT JOIN provider_calls p ON p.task_id = t.id
 WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND t.kind <> 'bundle'
