@@ -3,7 +3,7 @@ and the stored media files they point at.
 
 Everything here only reads. Each function runs its queries in one read transaction so
 a page shows one consistent moment; shaping rows into documents is done by small pure
-functions (`progress`, `summarise_spend`, `approval_blockers`). The web asks here for
+functions (`progress`, `summarise_spend`). The web asks here for
 receipts and media files too (it never opens the receipt book or the media store itself).
 URLs are the web layer's business: documents carry sha256 digests, not paths.
 """
@@ -17,62 +17,13 @@ from typing import Iterable
 import psycopg
 
 from pipeline import db
+from pipeline.core.board import (FINISHED, REVIEW_DECISIONS, TERMINAL_NAMES, WAITING, like_pattern, progress,
+                                 version_status)
 from pipeline.core.compare import Side, compare
+from pipeline.core.delivery import approval_blockers
 from pipeline.core.errors import NotFound
 from pipeline.core.replay import runs as run_chain
-from pipeline.core.states import TaskStatus
 from receipts.calls import ReceiptBook
-
-WAITING = frozenset({TaskStatus.READY.value, TaskStatus.RETRY.value})
-STATUS_ORDER = [s.value for s in TaskStatus]
-
-
-def progress(counts: dict[str, int]) -> dict:
-    """Counts per status with the share that is finished, for progress bars. Pure."""
-    total = sum(counts.values())
-    done = counts.get("succeeded", 0)
-    return {"total": total, "succeeded": done, "percent": round(100 * done / total) if total else 0,
-            "counts": {s: counts[s] for s in STATUS_ORDER if counts.get(s)}}
-
-
-# A reviewer's decisions about a version, on its history (pipeline.review); the latest is where it stands.
-REVIEW_DECISIONS = ("approved", "rejected", "changes_requested", "approval_withdrawn")
-FINISHED = ("complete", "failed", "cancelled", "superseded")   # nothing moves on without a person's action
-
-
-def version_status(tasks: Iterable[tuple[str, str]], cancel_requested: bool = False) -> str:
-    """One word for a version's state, from its tasks' (kind, status). Pure.
-
-    in_progress (cancelling, once a cancel was asked) while work can still go on; then complete
-    when every task succeeded; else needs_decision (an unknown outcome waits for a person),
-    failed, cancelled or superseded, in that order. A bundle that waits on failed or unknown
-    media is blocked, not in progress.
-    """
-    tasks = list(tasks)
-    media = Counter(status for kind, status in tasks if kind != "bundle")
-    bundle = Counter(status for kind, status in tasks if kind == "bundle")
-    pending = ("ready", "running", "retry")
-    media_done = not any(media.get(s) for s in (*pending, "unknown", "failed", "cancelled", "superseded"))
-    if any(media.get(s) for s in pending) or any(bundle.get(s) for s in ("running", "retry")) \
-            or (bundle.get("ready") and media_done):
-        return "cancelling" if cancel_requested else "in_progress"
-    everything = media + bundle
-    if everything and set(everything) == {"succeeded"}:
-        return "complete"
-    for status, word in (("unknown", "needs_decision"), ("failed", "failed"), ("cancelled", "cancelled"),
-                         ("superseded", "superseded")):
-        if everything.get(status):
-            return word
-    return "in_progress"
-
-
-def like_pattern(query: str | None) -> str | None:
-    """An ILIKE pattern that finds `query` anywhere, its own % and _ taken literally; None for no search. Pure."""
-    query = (query or "").strip()
-    if not query:
-        return None
-    return "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
 
 def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
                   before: int | None = None) -> dict:
@@ -105,6 +56,7 @@ def content(conn: psycopg.Connection, content_id: int) -> dict:
 
 def _task_doc(row: dict, events: list[dict]) -> dict:
     return {"id": row["id"], "kind": row["kind"], "block": row["block_key"], "status": row["status"],
+            "terminal": row["status"] in TERMINAL_NAMES,
             "attempts": row["attempts"], "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
             "next_attempt_at": row["available_at"] if row["status"] in WAITING else None,
             "deadline_at": row["deadline_at"], "lease_until": row["lease_until"],
@@ -118,19 +70,6 @@ def _task_doc(row: dict, events: list[dict]) -> dict:
 def _event_doc(row: dict) -> dict:
     return {key: row[key] for key in ("id", "action", "from_status", "to_status", "actor", "attempt", "reason",
                                       "details", "at")}
-
-
-def approval_blockers(tasks: Iterable[dict], *, version: int, approved_version: int | None) -> list[str]:
-    """Plain reasons why a reviewer cannot approve this version now; empty when they can. Pure."""
-    reasons = []
-    if approved_version is not None and version < approved_version:
-        reasons.append(f"version {approved_version} is already approved; an older version cannot be approved")
-    waiting = [t for t in tasks if t["kind"] != "bundle" and t["status"] != "succeeded"]
-    if waiting:
-        states = Counter(t["status"] for t in waiting)
-        reasons.append("not every image and narration has succeeded: "
-                       + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
-    return reasons
 
 
 def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
@@ -150,7 +89,9 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
     by_block = {(t["kind"], t["block"]): t for t in docs}
     blocks = [{**b, "image": by_block.get(("image", b["key"])), "audio": by_block.get(("tts", b["key"]))}
               for b in row["blocks"]]
-    blockers = approval_blockers(docs, version=number, approved_version=head["approved_version"])
+    status = version_status(((t["kind"], t["status"]) for t in docs), row["cancel_requested_at"] is not None)
+    blockers = [b.summary() for b in approval_blockers(docs, version=number,
+                                                       approved_version=head["approved_version"])]
     decisions = [e for e in by_task.get(None, []) if e["action"] in REVIEW_DECISIONS]
     return {"content_id": content_id, "version": number, "title": row["title"], "locale": row["locale"],
             "theme": row["theme"], "saved_by": row["saved_by"], "saved_at": row["saved_at"],
@@ -159,7 +100,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
             "is_approved": number == head["approved_version"], "approved_at": row["approved_at"],
             "approved_by": row["approved_by"], "cancel_requested_at": row["cancel_requested_at"],
             "cancel_requested_by": row["cancel_requested_by"],
-            "status": version_status(((t["kind"], t["status"]) for t in docs), row["cancel_requested_at"] is not None),
+            "status": status, "terminal": status in FINISHED,
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
             "bundle": by_block.get(("bundle", None)), "approvable": not blockers, "approval_blockers": blockers,
             "running": any(t["status"] in ("ready", "running", "retry") for t in docs),
@@ -217,6 +158,7 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
                          db.all(conn, "replays_of_task", {"task_id": task_id}))
     return {"id": row["id"], "content_id": row["content_id"], "version": row["version"], "title": row["title"],
             "kind": row["kind"], "block": row["block_key"], "status": row["status"], "attempts": row["attempts"],
+            "terminal": row["status"] in TERMINAL_NAMES,
             "max_attempts": row["max_attempts"], "dispatches": row["dispatches"],
             "next_attempt_at": row["available_at"] if row["status"] in WAITING else None,
             "deadline_at": row["deadline_at"], "last_error": row["last_error"],

@@ -16,7 +16,7 @@ from datetime import datetime
 import psycopg
 
 from pipeline import bundle, db, events, lanes, tasks, versions
-from pipeline.core.delivery import delivery_blockers
+from pipeline.core.delivery import ApprovalBlocker, approval_blockers, delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.core.states import TaskStatus, check_transition
 from pipeline.settings import Settings
@@ -68,23 +68,26 @@ def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: s
             raise Conflict(f"version {version} was saved by {saved['saved_by']}; another person must approve it "
                            "(ALLOW_SELF_APPROVAL=true lifts this rule)", code="self_approval",
                            details={"saved_by": saved["saved_by"]})
-        approved = content["approved_version"]
-        if approved is not None and version < approved:
-            raise Conflict(f"version {version} is older than the approved version {approved}; approve version "
-                           f"{approved} or a newer one", code="older_than_approved",
-                           details={"approved_version": approved})
-        missing = db.all(conn, "tasks_media_not_succeeded", {"content_id": content_id, "version": version})
-        if missing:
-            listed = ", ".join(f"{t['kind']} of {t['block_key']} is {t['status']}" for t in missing[:10])
-            raise Conflict(f"version {version} is not complete: {listed}; approve it once every image and "
-                           "narration has succeeded", code="version_incomplete",
-                           details={"tasks": [{"id": t["id"], "status": t["status"]} for t in missing]})
+        tasks_now = db.all(conn, "tasks_of_version_states", {"content_id": content_id, "version": version})
+        for blocker in approval_blockers(tasks_now, version=version, approved_version=content["approved_version"]):
+            raise _approval_refused(version, blocker)
         row = db.one(conn, "contents_approve", {"content_id": content_id, "version": version, "actor": actor})
         if row is None:
             raise Conflict(f"version {version} changed while approving; reload and try again", code="stale")
         _event(conn, {"content_id": content_id, "version": version}, "approved", actor=actor, to_status=None,
                from_status=None, reason=f"version {version} approved for delivery")
     return Approval(content_id, version, row["approved_at"], row["approved_by"])
+
+
+def _approval_refused(version: int, blocker: ApprovalBlocker) -> Conflict:
+    if blocker.code == "older_than_approved":
+        approved = blocker.approved_version
+        return Conflict(f"version {version} is older than the approved version {approved}; approve version "
+                        f"{approved} or a newer one", code=blocker.code, details={"approved_version": approved})
+    listed = ", ".join(f"{t['kind']} of {t['block_key']} is {t['status']}" for t in blocker.waiting[:10])
+    return Conflict(f"version {version} is not complete: {listed}; approve it once every image and narration "
+                    "has succeeded", code=blocker.code,
+                    details={"tasks": [{"id": t["id"], "status": t["status"]} for t in blocker.waiting]})
 
 
 DECISIONS = ("rejected", "changes_requested")

@@ -20,7 +20,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db, dispatch, keyspend, tasks, lanes
-from pipeline.overview import FINISHED, version_status
+from pipeline.core.board import FINISHED, version_status
 from pipeline.core.content import Draft, ProviderInfo, carry_regenerations, check_speakable, plan_tasks, stamped
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings

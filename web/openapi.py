@@ -111,6 +111,8 @@ SCHEMAS = {
     "Task": {"type": "object", "properties": {
         "id": {"type": "integer"}, "kind": {"enum": list(KINDS)}, "block": {"type": ["string", "null"]},
         "status": {"type": "string"}, "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
+        "terminal": {"type": "boolean", "description": "failed, succeeded, superseded or cancelled: the task changes "
+                                                       "no more unless a person retries it"},
         "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
         "last_error_code": {"enum": [*(reason.value for reason in Reason), None],
                             "description": "why the decision that recorded last_error was made"},
@@ -119,6 +121,9 @@ SCHEMAS = {
         "events": {"type": "array", "items": OBJECT}}},
     "Version": {"type": "object", "properties": {
         "content_id": {"type": "integer"}, "version": {"type": "integer"}, "status": ref("VersionStatus"),
+        "terminal": {"type": "boolean", "description": "complete, failed, cancelled or superseded: nothing moves on "
+                                                       "without a person's action (needs_decision is not terminal: "
+                                                       "the reconciler may still settle an unknown outcome)"},
         "progress": ref("Progress"),
         "tasks": {"type": "array", "items": ref("Task")}, "approvable": {"type": "boolean"},
         "approval_blockers": {"type": "array", "items": {"type": "string"}}, "spend": OBJECT}},

@@ -110,7 +110,7 @@ STATE_NAMES = {
     "failed": lazy_pgettext("task state", "failed"), "succeeded": lazy_pgettext("task state", "succeeded"),
     "superseded": lazy_pgettext("task state", "superseded"), "cancelled": lazy_pgettext("task state", "cancelled"),
 }
-# pipeline.overview.approval_blockers says why a version cannot be approved, in English; these say it again.
+# pipeline.core.delivery.ApprovalBlocker.summary says why a version cannot be approved, in English; these say it again.
 _OLDER = re.compile(r"^version (\d+) is already approved")
 _WAITING = re.compile(r"^not every image and narration has succeeded: (.*)$")
 _COUNT = re.compile(r"^(\d+) ([a-z_]+)$")

@@ -1,11 +1,12 @@
-"""The delivery gate's decision: why a version cannot be delivered (empty when it can). Pure."""
+"""The two gates' decisions: why a version cannot be approved, and why it cannot be delivered. Pure."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pipeline.core.states import PENDING, TaskStatus
+from pipeline.core.states import MEDIA_KINDS, PENDING, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,35 @@ def delivery_blockers(approved_version: int | None, current_version: int, rows: 
     return Blockers(approved_version or current_version or None, approved_version is None,
                     *(tuple(groups[k]) for k in ("pending", "unknown", "failed", "cancelled")),
                     reasons=tuple(reasons), withdrawn=withdrawn)
+
+
+@dataclass(frozen=True)
+class ApprovalBlocker:
+    """One reason a version cannot be approved: `older_than_approved` or `version_incomplete`."""
+
+    code: str
+    approved_version: int | None = None
+    waiting: tuple[dict, ...] = ()      # the media tasks not succeeded, as given
+
+    def summary(self) -> str:
+        """The board's sentence (web.words translates it)."""
+        if self.code == "older_than_approved":
+            return f"version {self.approved_version} is already approved; an older version cannot be approved"
+        states = Counter(t["status"] for t in self.waiting)
+        return "not every image and narration has succeeded: " + ", ".join(
+            f"{n} {s}" for s, n in sorted(states.items()))
+
+
+def approval_blockers(tasks: Iterable[dict], *, version: int,
+                      approved_version: int | None) -> list[ApprovalBlocker]:
+    """Why a reviewer cannot approve `version` now; empty when they can. Pure.
+
+    A version older than the approved one is never approved again; a version is approved only when every
+    image and narration of it has succeeded (the bundle is made after approval)."""
+    blockers = []
+    if approved_version is not None and version < approved_version:
+        blockers.append(ApprovalBlocker("older_than_approved", approved_version=approved_version))
+    waiting = tuple(t for t in tasks if t["kind"] in MEDIA_KINDS and t["status"] != TaskStatus.SUCCEEDED.value)
+    if waiting:
+        blockers.append(ApprovalBlocker("version_incomplete", waiting=waiting))
+    return blockers

@@ -44,9 +44,9 @@ JOIN contents c ON c.id = t.content_id
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 WHERE t.id = %(task_id)s;
 
--- tasks_media_not_succeeded: the media tasks of a version that keep it from approval
+-- tasks_of_version_states: each task of a version with its state, for the approval rule
 SELECT id, kind, block_key, status FROM tasks
-WHERE content_id = %(content_id)s AND version = %(version)s AND kind <> 'bundle' AND status <> 'succeeded'
+WHERE content_id = %(content_id)s AND version = %(version)s
 ORDER BY id;
 
 -- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pipeline.core.errors import Ambiguous, Permanent
 from pipeline import runtime
-from pipeline.overview import version_status
 from testkit.helpers import lesson
 from testkit.webapp import api_and_work
 
@@ -254,23 +251,14 @@ def test_cancelling_a_finished_version_is_409_and_keeps_its_failed_tasks_retryab
 def test_a_version_says_its_status_from_accepted_to_complete(api, work):
     created = api.create(1)
     assert created["status"] == "in_progress"
-    assert api.get(created["status_url"]).json["status"] == "in_progress"
+    running = api.get(created["status_url"]).json
+    assert running["status"] == "in_progress" and running["terminal"] is False
+    assert {t["terminal"] for t in running["tasks"]} == {False}
     work.until_idle()
-    assert api.get(created["status_url"]).json["status"] == "complete"
-
-
-@pytest.mark.parametrize("tasks,cancel,expected", [
-    ([("image", "running"), ("tts", "succeeded"), ("bundle", "ready")], False, "in_progress"),
-    ([("image", "running"), ("bundle", "ready")], True, "cancelling"),
-    ([("image", "succeeded"), ("tts", "succeeded"), ("bundle", "ready")], False, "in_progress"),
-    ([("image", "succeeded"), ("tts", "succeeded"), ("bundle", "succeeded")], False, "complete"),
-    ([("image", "unknown"), ("tts", "failed"), ("bundle", "ready")], False, "needs_decision"),
-    ([("image", "failed"), ("tts", "succeeded"), ("bundle", "ready")], False, "failed"),
-    ([("image", "cancelled"), ("bundle", "cancelled")], True, "cancelled"),
-    ([("image", "superseded"), ("bundle", "superseded")], False, "superseded"),
-])
-def test_a_versions_status_is_one_word_from_its_tasks(tasks, cancel, expected):
-    assert version_status(tasks, cancel) == expected
+    done = api.get(created["status_url"]).json
+    assert done["status"] == "complete" and done["terminal"] is True
+    assert {t["terminal"] for t in done["tasks"]} == {True}
+    assert api.get(f"/api/tasks/{done['tasks'][0]['id']}").json["terminal"] is True
 
 
 def test_a_manual_retry_over_capacity_is_503_and_changes_nothing(database_url, redis_url, tmp_path, tokens, conn):
