@@ -194,11 +194,31 @@ def dispatch_main(argv: list[str]) -> int:
     stop = _stop_flag()
     try:
         dispatch.run_forever(lambda: servers.connect(cfg, session=True), conn_redis,
-                             claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth)
+                             claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth,
+                             scan=_recovery_scan(cfg), scan_every=cfg.recovery_scan_seconds)
     except servers.ServerUnusable as exc:   # the server changed under us (a pooler put in front, say)
         print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _recovery_scan(cfg):
+    """The reconciler's two cheap scans, for the dispatcher's loop; None when RECOVERY_SCAN_SECONDS is 0."""
+    if not cfg.recovery_scan_seconds:
+        return None
+    from pipeline.executor import build_providers
+    from pipeline.log import log
+    from pipeline.reconcile import Reconciler
+    providers = build_providers(cfg)
+    made: dict = {}
+
+    def scan(conn):
+        if made.get("conn") is not conn:    # a new connection after a reconnect: a reconciler on it
+            made.update(conn=conn, reconciler=Reconciler(cfg, conn, providers))
+        report = made["reconciler"].scan()
+        if report.errors or any(report.counts.values()):
+            log("recovery_scan", counts=report.counts, errors=report.errors)
+    return scan
 
 
 def keys_main(argv: list[str]) -> int:

@@ -168,13 +168,19 @@ def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iter
 
 def run_forever(connect: Callable[[], psycopg.Connection], conn_redis: redis.Redis, *, idle_sleep: float = 0.2,
                 claim_seconds: float = 30.0, should_stop: Callable[[], bool] = lambda: False,
-                bulk_depth: Mapping[str, int] | None = None) -> None:
-    """The long-running dispatcher: send batches while there are due rows, else nap briefly."""
+                bulk_depth: Mapping[str, int] | None = None,
+                scan: Callable[[psycopg.Connection], object] | None = None, scan_every: float = 5.0) -> None:
+    """The long-running dispatcher: send batches while there are due rows, else nap briefly; every
+    `scan_every` seconds, `scan` (the reconciler's recovery scans) on the same connection."""
     conn = None
+    scanned = time.monotonic()
     while not should_stop():
         try:
             if conn is None or conn.closed or conn.broken:
                 conn = connect()
+            if scan is not None and time.monotonic() - scanned >= scan_every:
+                scanned = time.monotonic()
+                scan(conn)
             if send_due(conn, conn_redis, claim_seconds=claim_seconds, bulk_depth=bulk_depth) == 0:
                 time.sleep(idle_sleep)
         except (psycopg.OperationalError, redis.RedisError) as exc:

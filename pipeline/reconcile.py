@@ -6,7 +6,8 @@ does). Each decision is applied in its own short transaction by the same `apply`
 uses. A run is recorded with its counts. Periodic runs are keyed by job and time slot
 (`reconcile_runs_one_per_slot`): a cron run (`run(slot_seconds=...)`) records its slot and the
 slots missed before it, and a second run of the same slot, on any machine, does nothing; the
-hourly retention is such a job too.
+hourly retention is such a job too. Between runs the dispatcher does the two scans that bound
+recovery time (`scan`); a run does them too, so cron alone still recovers everything.
 """
 
 from __future__ import annotations
@@ -229,6 +230,21 @@ class Reconciler:
             if len(rows) < self.batch:
                 return
             after = rows[-1]["id"]
+
+    def scan(self) -> Report:
+        """The two cheap scans between runs (the dispatcher's, every RECOVERY_SCAN_SECONDS): leases past
+        `lease_until`, and messages sent LOST_DISPATCH_SECONDS ago and never claimed. Under the run's lock, so
+        never beside a run; a page of expired leases at a time, so a provider lookup cannot hold up dispatch."""
+        if not db.one(self.conn, "reconcile_try_lock")["locked"]:
+            return Report(locked=False)
+        report = Report()
+        try:
+            self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=1)
+            self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
+        finally:
+            if not self.conn.broken:
+                db.execute(self.conn, "reconcile_unlock")
+        return report
 
     def run(self, slot_seconds: int | None = None) -> Report:
         """One run; with `slot_seconds`, the run of the current slot (nothing when that slot already had one)."""
