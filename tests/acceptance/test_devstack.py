@@ -1,10 +1,13 @@
 import os
 import signal
 import socket
+import stat
 import subprocess
+from pathlib import Path
 
 import psycopg
 import pytest
+import redis
 import requests
 from psycopg.rows import dict_row
 
@@ -35,6 +38,20 @@ def test_a_second_valkey_on_a_taken_port_is_refused_and_the_first_keeps_running(
         assert first.process.poll() is None
     finally:
         first.stop()
+
+
+def test_the_dev_valkey_with_a_password_refuses_strangers_and_keeps_the_password_off_its_command_line(tmp_path):
+    password = "dev-valkey-password-0123456789"
+    valkey = Valkey(tmp_path / "redis", free_port(), password=password)
+    valkey.start()
+    try:
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host="127.0.0.1", port=valkey.port, socket_timeout=2).ping()
+        assert redis.Redis.from_url(valkey.url(), socket_timeout=2).ping()
+        assert password not in (Path("/proc") / str(valkey.process.pid) / "cmdline").read_text()
+        assert stat.S_IMODE((tmp_path / "redis" / "valkey.conf").stat().st_mode) == 0o600
+    finally:
+        valkey.stop()
 
 
 def test_bin_dev_with_only_provider_url_and_key_turns_a_lesson_into_paid_media(database_url, redis_url, tmp_path):
