@@ -34,3 +34,25 @@ def test_every_job_log_line_carries_the_task_the_lease_and_the_attempt(system, f
         assert line["lease_token"] == leases[line["task_id"]] and line["attempt"] == 1, line
     failed = next(line for line in about if line["event"] == "attempt_failed")
     assert (failed["task_id"], failed["error"], failed["status"]) == (tasks["image"]["id"], "Permanent", "failed")
+
+
+def test_no_log_line_carries_the_text_of_a_prompt(system, fake):
+    # given: a lesson whose text is marked, one image refused for good (its error body echoes the request) and
+    # the rest made, with every process's output kept
+    marker = "MARKER-7f3a9c-never-logged"
+    fake.script(Behaviour.fail(400, endpoint="image", message=f"Your request was rejected: '{marker} ...'"))
+    for queue in ("image", "tts", "bundle"):
+        system.start_worker(queue)
+    with system.db() as conn:
+        saved = versions.save(conn, parse_draft(lesson(2, prefix=marker)), system.cfg, actor="e")
+        ids = [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind <> 'bundle'",
+                                             (saved.content_id,))]
+    outputs = [system.dispatch()]
+    for task_id in ids:
+        system.wait_status(task_id, "failed", "succeeded", timeout=30)
+    result = system.reconcile()
+    outputs += [result.stdout, result.stderr]
+    # then: the prompt reached the provider, and no line of any process carries it
+    assert any(marker in json.dumps(r.body, ensure_ascii=False) for r in fake.recorded), "no marked prompt sent"
+    logged = [path.read_text() for path in system.logs.glob("*.log")]
+    assert logged and all(marker not in text for text in logged + outputs)
