@@ -16,14 +16,15 @@ from typing import Iterable
 
 import psycopg
 
-from pipeline import db
+from pipeline import db, storage
 from pipeline.core.board import (FINISHED, REVIEW_DECISIONS, TERMINAL_NAMES, WAITING, like_pattern, progress,
                                  version_status)
 from pipeline.core.compare import Side, compare
 from pipeline.core.delivery import approval_blockers
+from pipeline.core.diagnosis import diagnose
 from pipeline.core.errors import NotFound
 from pipeline.core.replay import runs as run_chain
-from receipts.calls import ReceiptBook
+from pipeline.settings import Settings
 
 def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
                   before: int | None = None) -> dict:
@@ -145,9 +146,10 @@ def summarise_spend(calls: Iterable[dict]) -> dict:
                        | {"cost": _money(c["cost"])} for c in calls]}
 
 
-def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
+def task(conn: psycopg.Connection, task_id: int, cfg: Settings) -> dict:
     """A task's timeline: its events, ledger rows, its runs (first, then one per replay) and its receipts in the
-    store (pipeline.storage)."""
+    store (pipeline.storage); its lease, unmet dependencies and a one-line diagnosis (pipeline.core.diagnosis),
+    with the recovery settings of `cfg` that bound how long a stuck task waits."""
     with conn.transaction():
         row = db.one(conn, "tasks_get_for_view", {"task_id": task_id})
         if row is None:
@@ -156,6 +158,9 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
         calls = db.all(conn, "provider_calls_of_task_view", {"task_id": task_id})
         runs = run_chain(db.all(conn, "dead_letters_of_task", {"task_id": task_id}),
                          db.all(conn, "replays_of_task", {"task_id": task_id}))
+        unmet = db.all(conn, "tasks_unmet_of_task", {"task_id": task_id})
+    why = diagnose(row, unmet, now=row["now"], scan_seconds=cfg.recovery_scan_seconds,
+                   resend_after=cfg.lost_dispatch_seconds)
     return {"id": row["id"], "content_id": row["content_id"], "version": row["version"], "title": row["title"],
             "kind": row["kind"], "block": row["block_key"], "status": row["status"], "attempts": row["attempts"],
             "terminal": row["status"] in TERMINAL_NAMES,
@@ -169,7 +174,11 @@ def task(conn: psycopg.Connection, task_id: int, book: ReceiptBook) -> dict:
             "calls": [{k: c[k] for k in ("id", "attempt", "provider", "model", "outcome", "http_status",
                                          "latency_ms", "at")} | {"cost": _money(c["cost"]),
                                                                   "accepted_by": c["consented_by"]} for c in calls],
-            "runs": runs, "receipts": book.of_task(task_id)}
+            "runs": runs, "receipts": storage.receipt_book(cfg).of_task(task_id),
+            "lease": {"holder": row["worker"], "until": row["lease_until"], "heartbeat_at": row["heartbeat_at"]}
+            if row["status"] == "running" else None,
+            "unmet_dependencies": unmet,
+            "diagnosis": {"code": why.code, "params": why.params, "text": why.english()}}
 
 
 def task_brief(conn: psycopg.Connection, task_id: int) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import g, jsonify, url_for
 
-from pipeline import demo, overview, replay, review, storage
+from pipeline import demo, overview, replay, review
 from pipeline.core.replay import MAX_EXTENSION_SECONDS
 from pipeline.core.errors import InvalidInput, NotFound
 from pipeline.core.records import MAX_NOTE
@@ -19,7 +19,7 @@ bp = api_bp  # one "api" blueprint; these views live in their own module to keep
 @bp.get("/tasks/<id:task_id>")
 @require("read")
 def get_task(task_id: int):
-    doc = overview.task(get_conn(), task_id, storage.receipt_book(settings()))
+    doc = overview.task(get_conn(), task_id, settings())
     doc["asset_url"] = media_url(doc["sha256"])
     doc["version_url"] = url_for("api.get_version", content_id=doc["content_id"], version=doc["version"])
     return jsonify(doc)

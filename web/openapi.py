@@ -128,6 +128,13 @@ SCHEMAS = {
         "tasks": {"type": "array", "items": ref("Task")}, "approvable": {"type": "boolean"},
         "approval_blockers": {"type": "array", "items": {"type": "string"}}, "spend": OBJECT}},
     "TaskTimeline": {"allOf": [ref("Task"), {"type": "object", "properties": {
+        "lease": {"type": ["object", "null"], "description": "while running: the worker (host:pid) holding the "
+                  "lease, lease_until and the last heartbeat", "properties": {
+                      "holder": {"type": ["string", "null"]}, "until": NULLABLE_TIME, "heartbeat_at": NULLABLE_TIME}},
+        "unmet_dependencies": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "kind": {"type": "string"}, "status": {"type": "string"}}}},
+        "diagnosis": {"type": "object", "description": "why the task is where it is, in one line (docs/runbook.md)",
+                      "properties": {"code": {"type": "string"}, "params": OBJECT, "text": {"type": "string"}}},
         "calls": {"type": "array", "items": OBJECT}, "receipts": {"type": "array", "items": OBJECT},
         "runs": {"type": "array", "items": OBJECT, "description": "the first run, then one per replay, each with "
                                                                   "the dead letter that ended it"}}}]},

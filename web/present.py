@@ -14,8 +14,8 @@ from flask_babel import format_datetime, format_decimal, format_time, format_tim
 from flask_babel import lazy_gettext as _l
 from markupsafe import Markup
 
-from web.words import (action_words, attention_action_words, blocker_words, change_words, code_words, outcome_words,
-                       problem_words, role_words, scenario_words, state_name)
+from web.words import (action_words, attention_action_words, blocker_words, change_words, code_words, diagnosis_words,
+                       outcome_words, problem_words, role_words, scenario_words, state_name)
 
 STATUS_WORDS = {
     "ready": _l("waiting"), "running": _l("working"), "retry": _l("will retry"), "unknown": _l("outcome unknown"),
@@ -113,4 +113,5 @@ def init_app(app: Flask) -> None:
                                  outcome_words=outcome_words, action_words=action_words, blocker_words=blocker_words,
                                  scenario_words=scenario_words, state_name=state_name, change_words=change_words,
                                  problem_words=problem_words, attention_action_words=attention_action_words,
-                                 kind_words=lambda k: KIND_WORDS.get(k, k))
+                                 kind_words=lambda k: KIND_WORDS.get(k, k),
+                                 diagnosis_words=lambda d: diagnosis_words(d, lambda k: str(KIND_WORDS.get(k, k))))

@@ -13,7 +13,7 @@ from flask import Blueprint, abort, g, make_response, redirect, render_template,
 from flask_babel import gettext
 from werkzeug.wrappers import Response
 
-from pipeline import demo, keys, overview, review, signins, storage
+from pipeline import demo, keys, overview, review, signins
 from pipeline.core.content import LIMITS, download_name
 from pipeline.core.errors import Conflict
 from pipeline.log import log
@@ -144,7 +144,7 @@ def board_live(content_id: int, version: int):
 
 @bp.get("/tasks/<id:task_id>")
 def task(task_id: int):
-    doc = overview.task(get_conn(), task_id, storage.receipt_book(settings()))
+    doc = overview.task(get_conn(), task_id, settings())
     return render_template("task.html", t=doc)
 
 

@@ -8,8 +8,9 @@ detail only as a detail. No I/O.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
-from flask_babel import gettext
+from flask_babel import format_time, gettext
 from flask_babel import lazy_gettext as _l
 from flask_babel import lazy_pgettext
 
@@ -184,3 +185,35 @@ def problem_words(problem: str | None) -> str:
 
 def attention_action_words(action: str | None) -> str:
     return str(ATTENTION_ACTION_WORDS.get(action or "", action or ""))
+
+
+# pipeline.core.diagnosis: why a task is where it is, one line per code
+DIAGNOSIS_WORDS = {
+    "finished": _l("finished: %(status)s"),
+    "needs_decision": _l("the outcome of its call is unknown: a person decides (retry, accepting a possible second "
+                         "charge, or resolve it)"),
+    "lease_expired": _l("running, last heartbeat %(heartbeat_age)s s ago: its lease ran out at %(lease_until)s, "
+                        "recovery takes it by %(recovered_by)s"),
+    "running": _l("running on %(worker)s, last heartbeat %(heartbeat_age)s s ago"),
+    "starting": _l("claimed by %(worker)s, no heartbeat yet"),
+    "waiting_for_dependency": _l("waiting for %(kind)s task %(task_id)s (%(status)s)"),
+    "waiting_for_input": _l("waiting for another task that makes the same input, until %(until)s"),
+    "waiting_for_budget": _l("waiting for the provider's budget, until %(until)s"),
+    "backing_off": _l("backing off until %(until)s (attempt %(attempt)s of %(max_attempts)s)"),
+    "not_sent": _l("due, not yet sent to a worker: is the dispatcher running?"),
+    "queued": _l("sent to its queue %(dispatches)s times, not yet claimed: are workers running for it? A lost "
+                 "message is sent again %(resend_after)s s after it went out"),
+}
+
+
+def diagnosis_words(diagnosis: dict, kind_words) -> str:
+    """A task's diagnosis in the editor's language (its English text if the code is new to us)."""
+    words = DIAGNOSIS_WORDS.get(diagnosis["code"])
+    if words is None:
+        return diagnosis["text"]
+    params = {k: format_time(v, "medium") if isinstance(v, datetime) else v for k, v in diagnosis["params"].items()}
+    if "kind" in params:
+        params["kind"] = kind_words(params["kind"])
+    if "status" in params:
+        params["status"] = state_name(params["status"])
+    return str(words) % params

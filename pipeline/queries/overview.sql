@@ -35,7 +35,7 @@ WHERE t.content_id = %(content_id)s AND t.version = %(version)s
 ORDER BY t.id;
 
 -- tasks_get_for_view: one task with its version's title and its content's current and approved versions
-SELECT t.*, v.title, v.locale, c.current_version, c.approved_version,
+SELECT t.*, v.title, v.locale, c.current_version, c.approved_version, now() AS now,
        (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches
 FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
@@ -61,3 +61,8 @@ ORDER BY updated_at, id LIMIT %(limit)s OFFSET %(offset)s;
 SELECT problem, count(*)::int AS n FROM tasks_needing_attention
 WHERE (%(kind)s::text IS NULL OR kind = %(kind)s) AND (%(content_id)s::bigint IS NULL OR content_id = %(content_id)s)
 GROUP BY problem;
+
+-- tasks_unmet_of_task: a task's dependencies that have not succeeded, for its diagnosis
+SELECT x.id, x.kind::text AS kind, x.status::text AS status FROM task_deps d JOIN tasks x ON x.id = d.depends_on
+WHERE d.task_id = %(task_id)s AND x.status <> 'succeeded'
+ORDER BY x.id;
