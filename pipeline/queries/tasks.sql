@@ -152,12 +152,14 @@ WITH moved AS (
 SELECT * FROM moved;
 
 -- tasks_supersede_older: every unfinished task of this content's older versions becomes superseded
--- (a running one loses its lease here, so its worker's fenced completion will match no row)
+-- (a running one loses its lease here, so its worker's fenced completion will match no row). Like every
+-- statement that locks several tasks, in id order: a completion locks its task, then its dependents (higher
+-- ids), so the two wait for each other instead of deadlocking (tests/integration/engine/test_lock_order.py)
 WITH old AS (
     SELECT id, status FROM tasks
     WHERE content_id = %(content_id)s AND version < %(version)s
       AND status IN ('ready', 'running', 'retry', 'unknown')
-    FOR NO KEY UPDATE
+    ORDER BY id FOR NO KEY UPDATE
 ), moved AS (
     UPDATE tasks t SET waiting_for = NULL, status = 'superseded', lease_token = NULL, lease_until = NULL, updated_at = now()
     FROM old WHERE t.id = old.id
@@ -170,15 +172,16 @@ SELECT id, content_id, version, 'transition', from_status, 'superseded', %(actor
 FROM moved
 RETURNING task_id;
 
--- tasks_of_version_locked: a version's tasks' kinds and statuses, locked so a cancel decides on what stays
+-- tasks_of_version_locked: a version's tasks' kinds and statuses, locked (in id order) so a cancel decides on
+-- what stays
 SELECT kind::text AS kind, status::text AS status FROM tasks
-WHERE content_id = %(content_id)s AND version = %(version)s FOR NO KEY UPDATE;
+WHERE content_id = %(content_id)s AND version = %(version)s ORDER BY id FOR NO KEY UPDATE;
 
 -- tasks_cancel_waiting: a cancelled version's waiting tasks are cancelled at once
 WITH moved AS (
     UPDATE tasks t SET waiting_for = NULL, status = 'cancelled', updated_at = now()
     FROM (SELECT id, status FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s
-          AND status IN ('ready', 'retry', 'unknown') FOR NO KEY UPDATE) old
+          AND status IN ('ready', 'retry', 'unknown') ORDER BY id FOR NO KEY UPDATE) old
     WHERE t.id = old.id
     RETURNING t.id, t.content_id, t.version, t.attempts, old.status AS from_status
 ), dropped AS (
