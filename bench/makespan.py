@@ -69,7 +69,8 @@ def roles(stack: DevStack) -> dict[str, list[int]]:
         except OSError:
             continue
         if "worker-pool" in line:
-            kind = line.split()[-2]
+            words = line.split()
+            kind = " ".join(words[words.index("-n") + 2:])
             depth = 0 if up == top else (1 if parent(up) == top else 2)
             role = [f"rq worker-pool ({kind})", f"RQ SimpleWorker ({kind})", "RQ scheduler (forked by a worker)"][depth]
         elif "gunicorn" in line:

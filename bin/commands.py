@@ -269,3 +269,65 @@ def keys_main(argv: list[str]) -> int:
         print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def bulk_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bin/bulk", description=(
+        "Pause or resume the bulk lane (imports), or show whether it is paused. While it is paused no bulk "
+        "task is claimed or sent, calls already running finish, bulk saves are still accepted and wait, and "
+        "no waiting bulk task fails for its deadline: the resume moves each one's deadline on by the pause. "
+        "Exit codes: 0 done, 1 refused (already paused, not paused), 2 cannot reach PostgreSQL or bad "
+        "configuration."))
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("pause", "hold the bulk lane's work back"), ("resume", "let the bulk lane's work go on")):
+        action = sub.add_parser(name, help=text)
+        action.add_argument("--by", required=True, help="who does it; recorded with the pause")
+    sub.add_parser("status", help="whether the bulk lane is paused, since when, by whom, and what waits")
+    args = parser.parse_args(argv)
+    cfg = _settings()
+    from pipeline import pauses
+    from pipeline.core.errors import Conflict
+    try:
+        with servers.connect(cfg) as conn:
+            if args.command == "pause":
+                row = pauses.pause(conn, by=args.by)
+                print(f"paused the bulk lane at {row['paused_at']:%Y-%m-%d %H:%M:%S %Z} (by {row['paused_by']}); "
+                      f"calls already running finish")
+            elif args.command == "resume":
+                row = pauses.resume(conn, by=args.by)
+                print(f"resumed the bulk lane after {(row['resumed_at'] - row['paused_at']).total_seconds():.0f} s; "
+                      f"{row['tasks_moved']} waiting tasks had their deadlines moved on by as much")
+            else:
+                lane = pauses.state(conn)
+                print(f"the bulk lane runs; {lane['waiting']} tasks wait for a worker" if not lane["paused"] else
+                      f"the bulk lane is paused since {lane['paused_at']:%Y-%m-%d %H:%M:%S %Z} by "
+                      f"{lane['paused_by']}; {lane['waiting']} tasks wait for the resume")
+    except Conflict as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    except servers.ServerUnusable as exc:
+        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def workers_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bin/workers", description=(
+        "Print how many worker processes a Procfile pool runs on this machine, from the settings (README, "
+        "\"Lanes\"): KIND's pool on both lanes, or with --interactive its pool on the interactive queue only. "
+        "Exit codes: 0 printed, 2 bad configuration."))
+    parser.add_argument("kind", choices=("image", "tts", "bundle"))
+    parser.add_argument("--interactive", action="store_true", help="the pool that listens to the interactive "
+                                                                   "queue only")
+    args = parser.parse_args(argv)
+    try:
+        cfg = settings_mod.load()
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    from pipeline import lanes
+    print(lanes.interactive_workers(cfg, args.kind) if args.interactive else lanes.workers(cfg, args.kind))
+    return 0

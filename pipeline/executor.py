@@ -34,6 +34,7 @@ from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Asset, Task
 from pipeline.core.states import MEDIA_KINDS
+from pipeline.lanes import BULK, INTERACTIVE
 from pipeline.log import log
 from pipeline.settings import ProviderSettings, Settings
 from providers.base import GenerateRequest, Provider, Result
@@ -160,9 +161,10 @@ class Limits:
     _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
 
     def take(self, conn: psycopg.Connection, provider: str, p: ProviderSettings,
-             book: Callable[[psycopg.Connection], spend.Booking | None]) -> tuple[int, uuid.UUID, spend.Booking | None]:
+             book: Callable[[psycopg.Connection], spend.Booking | None],
+             lane: str = INTERACTIVE) -> tuple[int, uuid.UUID, spend.Booking | None]:
         """Hold one call slot, count one call in this minute's window and book its cost, all or nothing,
-        in the caller's transaction.
+        in the caller's transaction. The bulk lane may hold only `p.bulk_slots` of the slots.
 
         Raises Busy (no slot, rate reached) or BudgetReached; then nothing is held or booked. A booking
         that can fail runs in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
@@ -172,13 +174,15 @@ class Limits:
             db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
             self._ensured.add((provider, p.max_concurrency))
         with conn.transaction() if p.cost_per_call > 0 or p.priced_by == "table" else nullcontext():
+            usable = p.bulk_slots if lane == BULK else p.max_concurrency
             row = db.one(conn, "provider_slot_and_rate_take", {
-                "provider": provider, "max": p.max_concurrency, "holder": holder, "limit": p.rate_per_minute,
-                "hold_seconds": p.call_timeout + 30})
+                "provider": provider, "max": usable, "top_first": lane != BULK, "holder": holder,
+                "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
             if row["slot"] is not None:
                 return row["slot"], holder, book(conn)
         if not row["slot_free"]:
-            raise Busy(f"{provider}: all {p.max_concurrency} call slots are in use", retry_after=1.0)
+            which = f"the {usable} call slots the bulk lane may use" if lane == BULK else f"{usable} call slots"
+            raise Busy(f"{provider}: all {which} are in use", retry_after=1.0)
         raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
                    retry_after=float(row["seconds_left"]))
 
@@ -221,7 +225,7 @@ class ProviderExecutor:
         cost = spend.estimate(settings, task.kind, task.input)
         slot, holder, booking = self.limits.take(conn, name, settings, lambda c: None if replay else spend.book(
             c, provider.name, task.content_id, settings, self.cfg.content_budget, self.cfg.budget_recheck_seconds,
-            cost=cost))
+            cost=cost), lane=task.lane)
         settlement.provider, settlement.slot, settlement.holder = name, slot, holder
         settlement.booking, settlement.replay = booking, replay
 

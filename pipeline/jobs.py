@@ -24,7 +24,7 @@ from typing import Callable, TypeVar
 import psycopg
 from rq import get_current_job
 
-from pipeline import batches, dispatch, leases, runtime, storage, tasks
+from pipeline import batches, dispatch, leases, pauses, runtime, storage, tasks
 from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Refused, Transient
 from pipeline.core.records import Asset, Task
 from pipeline.executor import Settlement, batched
@@ -246,6 +246,9 @@ def run_task(task_id: int) -> str:
     job_id = job.id if job else None
     claimed = _claim(rt, task_id, job_id)
     if claimed is None:
+        if pauses.hold_if_paused(rt.conn(), task_id):   # sent again when the lane resumes
+            log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="lane paused")
+            return "held"
         failed = tasks.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id, by="worker",
                                           last_error=tasks.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")

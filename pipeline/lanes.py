@@ -2,10 +2,13 @@
 
 Every save is `interactive` (an editor waits for it) unless its request says
 `"priority": "bulk"` (an import). Each task kind has one RQ queue per lane: `image`
-and `image-bulk`, `tts` and `tts-bulk`, `bundle` and `bundle-bulk`. Every worker of a
-kind listens to both, interactive first (RQ takes from the first non-empty queue in
-the order given), so interactive work never waits behind bulk work: at most behind
-the jobs already running.
+and `image-bulk`, `tts` and `tts-bulk`, `bundle` and `bundle-bulk`. Each kind has two
+worker pools: one listens to both queues, interactive first (RQ takes from the first
+non-empty queue in the order given), so interactive work never waits behind queued
+bulk work; the other listens to the interactive queue only, and the bulk lane may not
+hold the provider's last `reserved_slots` call slots, so an editor's first call starts
+at once even while an import keeps every other slot busy. An operator may pause the
+bulk lane (pipeline/pauses.py).
 
 Inside the bulk lane contents take turns: the dispatcher keeps at most
 `bulk_depth(kind)` bulk messages waiting in each bulk queue and refills it one turn
@@ -48,14 +51,28 @@ def parse_priority(value: Any) -> str:
 
 
 def workers(cfg: Settings, kind: str) -> int:
-    """Worker processes of one kind on one machine (the Procfile's `-n`): by default as many as
-    the provider may serve at once, so every call slot can be in use and none is fought over."""
+    """Worker processes of one kind on one machine that listen to both lanes (the Procfile's `-n` of
+    worker-<kind>, printed by bin/workers): by default the provider's concurrency less the interactive
+    pool, at least one, so the two pools together have one worker per call slot and none of them waits
+    for a slot it could not take."""
     if kind == "image":
-        return cfg.image_workers or cfg.image.max_concurrency
+        return cfg.image_workers or max(1, cfg.image.max_concurrency - interactive_workers(cfg, kind))
     if kind == "tts":
-        return cfg.tts_workers or cfg.tts.max_concurrency
+        return cfg.tts_workers or max(1, cfg.tts.max_concurrency - interactive_workers(cfg, kind))
     if kind == "bundle":
         return cfg.bundle_workers
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def interactive_workers(cfg: Settings, kind: str) -> int:
+    """Worker processes of one kind on one machine that listen to the interactive queue only (the
+    Procfile's worker-<kind>-interactive): by default one per reserved call slot, at least one."""
+    if kind == "image":
+        return cfg.image_interactive_workers or max(1, cfg.image.reserved_slots)
+    if kind == "tts":
+        return cfg.tts_interactive_workers or max(1, cfg.tts.reserved_slots)
+    if kind == "bundle":
+        return cfg.bundle_interactive_workers
     raise ValueError(f"unknown kind {kind!r}")
 
 

@@ -45,6 +45,7 @@ class ProviderSettings:
     options: tuple[tuple[str, str], ...] = ADAPTER.options
     honours_idempotency_key: bool = ADAPTER.honours_idempotency_key
     max_concurrency: int = 4
+    interactive_slots: int | None = None   # call slots the bulk lane may not take; None: `reserved_slots`' default
     rate_per_minute: int = 600
     connect_timeout: float = ADAPTER.connect_timeout
     read_timeout: float = ADAPTER.read_timeout
@@ -53,6 +54,19 @@ class ProviderSettings:
     cost_per_call: float = 0.0             # a call's estimate for the configured model (speech: 1,000 characters)
     daily_budget: float | None = None      # spend limit per UTC day, in the unit of cost_per_call
     priced_by: str = ""                    # "<PREFIX>_COST_PER_CALL" (the setting), "table" (pipeline/core/prices.py)
+
+    @property
+    def reserved_slots(self) -> int:
+        """Call slots held back for the interactive lane: INTERACTIVE_SLOTS, by default 1 (0 with a single slot,
+        so a one-slot setup still runs its bulk work). The Procfile's shell default says the same."""
+        if self.interactive_slots is not None:
+            return self.interactive_slots
+        return 1 if self.max_concurrency > 1 else 0
+
+    @property
+    def bulk_slots(self) -> int:
+        """Call slots the bulk lane may hold at once."""
+        return self.max_concurrency - self.reserved_slots
 
 
 # Each backend's own model, size and voice, used when the setting is empty.
@@ -121,9 +135,12 @@ class Settings:
     recovery_scan_seconds: float = 5.0     # the dispatcher's scans of expired leases and lost messages; 0: off
     reconcile_slot_seconds: int = 60       # `bin/reconcile --slot`: one run per slot of this length, on any machine
     # worker pools and lanes (pipeline/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
-    image_workers: int | None = None       # the Procfile's worker-image pool; None: IMAGE_MAX_CONCURRENCY
-    tts_workers: int | None = None         # the worker-tts pool; None: TTS_MAX_CONCURRENCY
+    image_workers: int | None = None       # the Procfile's worker-image pool (both lanes); None: the provider's
+    tts_workers: int | None = None         # concurrency less its interactive slots (worker-tts likewise)
     bundle_workers: int = 1                # the worker-bundle pool
+    image_interactive_workers: int | None = None   # the worker-image-interactive pool (the interactive queue only);
+    tts_interactive_workers: int | None = None     # None: the provider's interactive slots, at least 1
+    bundle_interactive_workers: int = 1
     bulk_queue_depth: int | None = None    # bulk messages waiting in RQ per kind; None: twice its concurrency
     # the bulk lane's images through the provider's Batch API (pipeline/batches.py; docs/providers.md)
     image_bulk_backend: str = "sync"       # "batch": bulk-lane images are gathered into Batch API jobs
@@ -259,6 +276,7 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
         "voice": ("VOICE", _text),
         "honours_idempotency_key": ("HONOURS_IDEMPOTENCY_KEY", _bool(f"{prefix}_HONOURS_IDEMPOTENCY_KEY")),
         "max_concurrency": ("MAX_CONCURRENCY", _int(f"{prefix}_MAX_CONCURRENCY", 1, 1000)),
+        "interactive_slots": ("INTERACTIVE_SLOTS", _int(f"{prefix}_INTERACTIVE_SLOTS", 0, 999)),
         "rate_per_minute": ("RATE_PER_MINUTE", _int(f"{prefix}_RATE_PER_MINUTE", 1, 1_000_000)),
         "connect_timeout": ("CONNECT_TIMEOUT", _float(f"{prefix}_CONNECT_TIMEOUT", 0.05, 120)),
         "read_timeout": ("READ_TIMEOUT", _float(f"{prefix}_READ_TIMEOUT", 0.05, 3600)),
@@ -276,6 +294,10 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
     elif backend in PAID_BACKENDS:
         values.update(cost_per_call=_table_price(prefix, values), priced_by="table")
     result = ProviderSettings(**{**default.__dict__, **values})
+    if result.bulk_slots < 1:
+        raise ConfigError(f"{prefix}_INTERACTIVE_SLOTS={result.reserved_slots} leaves the bulk lane no call slot of "
+                          f"{prefix}_MAX_CONCURRENCY={result.max_concurrency}: it must be smaller (0: bulk may take "
+                          f"every slot)")
     if result.backend == "openai" and not (result.base_url and result.api_key):
         raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL (such as https://api.openai.com/v1) "
                           f"and {prefix}_API_KEY")
@@ -416,6 +438,9 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "image_workers": ("IMAGE_WORKERS", _int("IMAGE_WORKERS", 1, 1000)),
         "tts_workers": ("TTS_WORKERS", _int("TTS_WORKERS", 1, 1000)),
         "bundle_workers": ("BUNDLE_WORKERS", _int("BUNDLE_WORKERS", 1, 1000)),
+        "image_interactive_workers": ("IMAGE_INTERACTIVE_WORKERS", _int("IMAGE_INTERACTIVE_WORKERS", 1, 1000)),
+        "tts_interactive_workers": ("TTS_INTERACTIVE_WORKERS", _int("TTS_INTERACTIVE_WORKERS", 1, 1000)),
+        "bundle_interactive_workers": ("BUNDLE_INTERACTIVE_WORKERS", _int("BUNDLE_INTERACTIVE_WORKERS", 1, 1000)),
         "bulk_queue_depth": ("BULK_QUEUE_DEPTH", _int("BULK_QUEUE_DEPTH", 1, 100_000)),
         "image_bulk_backend": ("IMAGE_BULK_BACKEND", _choice("IMAGE_BULK_BACKEND", ("sync", "batch"))),
         "image_batch_max_lines": ("IMAGE_BATCH_MAX_LINES", _int("IMAGE_BATCH_MAX_LINES", 1, 50_000)),

@@ -1,5 +1,5 @@
 """The JSON API of the review workflow: compare versions, regenerate media, reject or ask for changes,
-withdraw an approval, and the attention list with its bulk actions.
+withdraw an approval, the attention list with its bulk actions, and the bulk lane's pause (admins).
 
 Views parse input, call `pipeline`, and shape the answer; errors become JSON in web.errors.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flask import g, jsonify, request, url_for
 
-from pipeline import attention, overview, regenerate, review
+from pipeline import attention, overview, pauses, regenerate, review
 from pipeline.core.errors import InvalidInput
 from pipeline.core.records import MAX_NOTE
 from web import inputs
@@ -116,3 +116,23 @@ def attention_resolve():
     ids = attention.check_ids(body.get("task_ids"))
     note = inputs.text(body, "note", MAX_NOTE)
     return jsonify(attention.resolve_unknown(get_conn(), ids, note, actor=g.principal.owner).as_dict())
+
+
+@bp.get("/lanes/bulk")
+@require("read")
+def bulk_lane():
+    return jsonify(pauses.state(get_conn()))
+
+
+@bp.post("/lanes/bulk/pause")
+@require("admin")
+def bulk_lane_pause():
+    pauses.pause(get_conn(), by=g.principal.owner)
+    return jsonify(pauses.state(get_conn()))
+
+
+@bp.post("/lanes/bulk/resume")
+@require("admin")
+def bulk_lane_resume():
+    resumed = pauses.resume(get_conn(), by=g.principal.owner)
+    return jsonify({**pauses.state(get_conn()), "tasks_moved": resumed["tasks_moved"]})

@@ -43,6 +43,7 @@ SNAPSHOT_GAUGES = {
     "oldest_running_seconds": ("mediapipe_oldest_running_task_age_seconds",
                                "Time since the oldest running task was claimed (0 when none runs)"),
     "unknown_tasks": ("mediapipe_unknown_tasks", "Tasks whose provider outcome is unknown"),
+    "bulk_paused": ("mediapipe_bulk_paused", "1 while an operator has paused the bulk lane (bin/bulk), else 0"),
     "reconcile_age_seconds": ("mediapipe_last_reconcile_age_seconds", "Time since the last reconcile run finished"),
     "reconcile_duration_seconds": ("mediapipe_last_reconcile_duration_seconds", "Duration of the last reconcile run"),
 }

@@ -212,6 +212,11 @@ SCHEMAS = {
     "BulkInput": {"type": "object", "required": ["task_ids"], "properties": {
         "task_ids": {"type": "array", "minItems": 1, "maxItems": 200, "items": {"type": "integer"}},
         "note": {"type": "string", "maxLength": 2000, "description": "required to resolve"}}},
+    "BulkLane": {"type": "object", "required": ["lane", "paused", "waiting"], "properties": {
+        "lane": {"const": "bulk"}, "paused": {"type": "boolean"}, "paused_at": NULLABLE_TIME,
+        "paused_by": {"type": ["string", "null"]},
+        "waiting": {"type": "integer", "description": "the lane's tasks waiting for a worker"},
+        "tasks_moved": {"type": "integer", "description": "after a resume: waiting tasks whose deadline moved on"}}},
     "BulkResult": {"type": "object", "properties": {
         "done": {"type": "array", "items": {"type": "integer"}},
         "refused": {"type": "array", "items": {"type": "object", "properties": {
@@ -263,6 +268,16 @@ def review_paths() -> dict:
             "Close unknown tasks as failed in bulk, with one note", {"200": body(ref("BulkResult")),
                                                                       **errors(400, 422)},
             tag="tasks", request=ref("BulkInput"))},
+        "/api/lanes/bulk": {"get": op(
+            "Whether the bulk lane (imports) is paused, and how many of its tasks wait",
+            {"200": body(ref("BulkLane"))}, tag="tasks")},
+        "/api/lanes/bulk/pause": {"post": op(
+            "Pause the bulk lane (admin): no bulk task is claimed or sent, running calls finish, bulk saves are "
+            "still accepted and wait, no waiting bulk task fails for its deadline (409 already_paused)",
+            {"200": body(ref("BulkLane")), **errors(409)}, tag="tasks")},
+        "/api/lanes/bulk/resume": {"post": op(
+            "Resume the bulk lane (admin): its waiting tasks' deadlines move on by the pause's length "
+            "(409 not_paused)", {"200": body(ref("BulkLane")), **errors(409)}, tag="tasks")},
     }
 
 

@@ -9,11 +9,12 @@ The delivery page shows the same signed, expiring media links as the API's manif
 
 from __future__ import annotations
 
+import psycopg
 from flask import Blueprint, abort, g, make_response, redirect, render_template, request, url_for
 from flask_babel import gettext
 from werkzeug.wrappers import Response
 
-from pipeline import demo, keys, overview, review, signins
+from pipeline import demo, keys, overview, pauses, review, signins
 from pipeline.core.content import LIMITS, download_name
 from pipeline.core.errors import Conflict
 from pipeline.log import log
@@ -40,7 +41,17 @@ def guard() -> Response | None:
 
 @bp.app_context_processor
 def template_globals() -> dict:
-    return {"csrf_token": csrf_token, "user": g.get("user"), "demo_mode": settings().demo_mode}
+    return {"csrf_token": csrf_token, "user": g.get("user"), "demo_mode": settings().demo_mode,
+            "bulk_pause": bulk_pause}
+
+
+def bulk_pause() -> dict | None:
+    """The bulk lane's open pause, for the banner every signed-in page shows; None also when PostgreSQL cannot
+    say (an error page must still render)."""
+    try:
+        return pauses.current(get_conn())
+    except psycopg.Error:
+        return None
 
 
 def need(permission: str) -> None:

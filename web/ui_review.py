@@ -1,6 +1,6 @@
 """The editors' pages of the review workflow: compare two versions, regenerate a picture or narration
 (with a confirmation that names the cost), reject / ask for changes / withdraw an approval, and the
-attention page with its bulk actions.
+attention page with its bulk actions and the bulk lane's pause (admins).
 
 Each form post parses the form, calls `pipeline`, and redirects (303) with a flash message in words;
 refusals an editor can act on come back as messages, not errors.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from flask import flash, g, redirect, render_template, request, url_for
 from flask_babel import gettext
 
-from pipeline import attention, overview, regenerate, review
+from pipeline import attention, overview, pauses, regenerate, review
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.core.states import KINDS
 from pipeline.core.records import MAX_NOTE
@@ -101,7 +101,28 @@ def attention_page():
     except InvalidInput as exc:
         flash(refusal(gettext("Filter ignored"), exc), "error")
         doc = attention.tasks(get_conn(), limit=limit, offset=offset)
-    return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=KINDS)
+    return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=KINDS,
+                           lane=pauses.state(get_conn()))
+
+
+@bp.post("/attention/bulk-lane")
+def bulk_lane():
+    need("admin")
+    action = request.form.get("action")
+    try:
+        if action == "pause":
+            pauses.pause(get_conn(), by=g.user.owner)
+            flash(gettext("The bulk lane is paused: no import task starts until it is resumed; calls already "
+                          "running finish, and imports are still accepted."), "ok")
+        elif action == "resume":
+            moved = pauses.resume(get_conn(), by=g.user.owner)["tasks_moved"]
+            flash(gettext("The bulk lane runs again; %(n)s waiting tasks had their deadlines moved on by the "
+                          "pause.", n=moved), "ok")
+        else:
+            flash(gettext("Nothing changed: choose pause or resume."), "error")
+    except Conflict as exc:
+        flash(refusal(gettext("Nothing changed"), exc), "error")
+    return redirect(url_for("ui.attention_page"), code=303)
 
 
 @bp.post("/attention")

@@ -28,6 +28,8 @@ CODE_WORDS = {
     "older_than_approved": _l("A newer version is already approved; approve that one or a newer one"),
     "version_incomplete": _l("This version cannot be approved until every image and narration has succeeded"),
     "self_approval": _l("You saved this version; another person must approve it"),
+    "already_paused": _l("The bulk lane is paused already"),
+    "not_paused": _l("The bulk lane is not paused"),
     "link_withdrawn": _l("This link's version is no longer the approved one; fetch the delivery again"),
     "stale": _l("It changed while you were acting on it; reload the page and try again"),
     "stale_transition": _l("It changed while you were acting on it; reload the page and try again"),
@@ -200,6 +202,8 @@ DIAGNOSIS_WORDS = {
     "waiting_for_input": _l("waiting for another task that makes the same input, until %(until)s"),
     "waiting_for_budget": _l("waiting for the provider's budget, until %(until)s"),
     "backing_off": _l("backing off until %(until)s (attempt %(attempt)s of %(max_attempts)s)"),
+    "lane_paused": _l("the bulk lane is paused since %(since)s by %(by)s: it starts when the lane resumes, and its "
+                      "deadline moves on by the pause"),
     "not_sent": _l("due, not yet sent to a worker: is the dispatcher running?"),
     "queued": _l("sent to its queue %(dispatches)s times, not yet claimed: are workers running for it? A lost "
                  "message is sent again %(resend_after)s s after it went out"),

@@ -33,6 +33,8 @@ class Diagnosis:
             "waiting_for_input": "waiting for another task that makes the same input, until {until}",
             "waiting_for_budget": "waiting for the provider's budget, until {until}",
             "backing_off": "backing off until {until} (attempt {attempt} of {max_attempts})",
+            "lane_paused": "the bulk lane is paused since {since} by {by}: it starts when the lane resumes, and "
+                           "its deadline moves on by the pause",
             "not_sent": "due, not yet sent to a worker: is the dispatcher running?",
             "queued": "sent to its queue {dispatches} times, not yet claimed: are workers running for it? A lost "
                       "message is sent again {resend_after} s after it went out",
@@ -47,7 +49,7 @@ def _text(value: object) -> str:
 def diagnose(task: dict, unmet: list[dict], *, now: datetime, scan_seconds: float,
              resend_after: float) -> Diagnosis:
     """`task`: its row (status, available_at, attempts, max_attempts, worker, heartbeat_at, lease_until,
-    waiting_for, dispatches); `unmet`: its dependencies not yet succeeded (id, kind, status), first first."""
+    waiting_for, dispatches, and lane, lane_paused_at, lane_paused_by while its lane is paused); `unmet`: its dependencies not yet succeeded (id, kind, status), first first."""
     status = TaskStatus(task["status"])
     if status in TERMINAL:
         return Diagnosis("finished", {"status": status.value})
@@ -63,6 +65,9 @@ def diagnose(task: dict, unmet: list[dict], *, now: datetime, scan_seconds: floa
         code = {"input": "waiting_for_input", "budget": "waiting_for_budget"}.get(task["waiting_for"], "backing_off")
         return Diagnosis(code, {"until": task["available_at"], "attempt": task["attempts"] + 1,
                                 "max_attempts": task["max_attempts"]})
+    if task.get("lane_paused_at") is not None:
+        return Diagnosis("lane_paused", {"lane": task["lane"], "since": task["lane_paused_at"],
+                                         "by": task["lane_paused_by"]})
     if not task["dispatches"]:
         return Diagnosis("not_sent")
     return Diagnosis("queued", {"dispatches": task["dispatches"], "resend_after": f"{resend_after:g}"})

@@ -6,11 +6,13 @@ SELECT %(provider)s, n FROM generate_series(1, %(max)s) n
 ON CONFLICT DO NOTHING;
 
 -- provider_slot_and_rate_take: hold a free slot among the first `max` and count one call in this
--- minute's window, both or neither (a holder that died frees its slot at held_until)
+-- minute's window, both or neither (a holder that died frees its slot at held_until). The bulk lane asks with
+-- `max` short of the interactive slots at the top; the interactive lane takes any, the top ones first, so it
+-- leaves the bulk lane's slots to the bulk lane while it can
 WITH free AS (
     SELECT provider, slot FROM provider_slots
     WHERE provider = %(provider)s AND slot <= %(max)s AND (holder IS NULL OR held_until < now())
-    ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED
+    ORDER BY CASE WHEN %(top_first)s THEN -slot ELSE slot END LIMIT 1 FOR UPDATE SKIP LOCKED
 ), rate AS (
     INSERT INTO provider_rate (provider, minute, calls)
     SELECT %(provider)s, date_trunc('minute', now()), 1 FROM free

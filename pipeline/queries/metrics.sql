@@ -21,6 +21,7 @@ SELECT
     (SELECT extract(epoch FROM now() - min(updated_at)) FROM tasks WHERE status = 'running')::float
         AS oldest_running_seconds,
     (SELECT count(*) FROM tasks WHERE status = 'unknown') AS unknown_tasks,
+    lane_paused('bulk')::int AS bulk_paused,
     (SELECT sum(n) FROM metric_counters WHERE name = 'retries') AS retries,
     (SELECT sum(n) FROM metric_counters WHERE name = 'manual_retries') AS manual_retries,
     (SELECT sum(n) FROM metric_counters WHERE name = 'duplicate_risk_accepted') AS duplicate_risk_accepted,

@@ -79,7 +79,7 @@ FROM (
     WITH due AS (
         SELECT x.id, x.queue, x.available_at, t.content_id
         FROM outbox x JOIN tasks t ON t.id = x.task_id
-        WHERE x.sent_at IS NULL AND x.lane = 'bulk' AND x.available_at <= now()
+        WHERE x.sent_at IS NULL AND x.lane = 'bulk' AND x.available_at <= now() AND NOT lane_paused('bulk')
           AND (x.claim_until IS NULL OR x.claim_until < now())
     ), served AS (
         SELECT c.content_id, c.queue,

@@ -34,12 +34,15 @@ LEFT JOIN dead_letters dl ON dl.task_id = t.id AND dl.replayed_at IS NULL
 WHERE t.content_id = %(content_id)s AND t.version = %(version)s
 ORDER BY t.id;
 
--- tasks_get_for_view: one task with its version's title and its content's current and approved versions
-SELECT t.*, v.title, v.locale, c.current_version, c.approved_version, now() AS now,
-       (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches
+-- tasks_get_for_view: one task with its version's title and lane, its content's current and approved versions,
+-- and the open pause of its lane, if any
+SELECT t.*, v.title, v.locale, v.lane::text AS lane, c.current_version, c.approved_version, now() AS now,
+       (SELECT count(*) FROM outbox o WHERE o.task_id = t.id AND o.sent_at IS NOT NULL) AS dispatches,
+       p.paused_at AS lane_paused_at, p.paused_by AS lane_paused_by
 FROM tasks t
 JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
 JOIN contents c ON c.id = t.content_id
+LEFT JOIN lane_pauses p ON p.lane = v.lane AND p.resumed_at IS NULL
 WHERE t.id = %(task_id)s;
 
 -- tasks_of_version_with_cost: a version's media tasks with their input and what their calls cost (compare page)

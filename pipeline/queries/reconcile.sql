@@ -37,9 +37,11 @@ SELECT t.*, false AS cancel_requested FROM tasks t
 WHERE t.status = 'unknown' AND t.kind::text = ANY(%(kinds)s)
 ORDER BY t.updated_at LIMIT %(limit)s;
 
--- reconcile_past_deadline: waiting tasks whose deadline passed, earliest first (tasks_fail_past_deadline fails them)
-SELECT id FROM tasks WHERE status IN ('ready', 'retry') AND deadline_at <= now()
-ORDER BY deadline_at LIMIT %(limit)s;
+-- reconcile_past_deadline: waiting tasks whose deadline passed, earliest first (tasks_fail_past_deadline fails them),
+-- none of a paused lane
+SELECT t.id FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.status IN ('ready', 'retry') AND t.deadline_at <= now() AND NOT lane_paused(v.lane)
+ORDER BY t.deadline_at LIMIT %(limit)s;
 
 -- reconcile_contents_with_old_work: contents whose older versions still have unfinished tasks, with their current
 -- version (tasks_supersede_older supersedes them, as a save does)

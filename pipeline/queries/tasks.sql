@@ -64,6 +64,7 @@ WITH candidate AS (
       AND t.deadline_at > now()
       AND c.current_version = t.version
       AND v.cancel_requested_at IS NULL
+      AND NOT lane_paused(v.lane)
       AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
     FOR NO KEY UPDATE OF t SKIP LOCKED   -- not FOR UPDATE: an event row being written for this task holds
                                          -- KEY SHARE on it, which must not make the claim skip the task
@@ -131,12 +132,15 @@ WITH moved AS (
 SELECT * FROM moved;
 
 -- tasks_fail_past_deadline: these waiting tasks, if their deadline passed, fail without running, with a dead
--- letter (a worker whose claim found nothing passes its one task; the reconciler a batch, in id order)
+-- letter (a worker whose claim found nothing passes its one task; the reconciler a batch, in id order); a task
+-- of a paused lane does not (its deadline moves on when the lane resumes)
 WITH moved AS (
     UPDATE tasks t SET waiting_for = NULL, status = 'failed', last_error = %(last_error)s,
            last_error_code = 'deadline_passed', updated_at = now()
-    FROM (SELECT id, status FROM tasks WHERE id = ANY(%(ids)s) AND status IN ('ready', 'retry')
-          AND deadline_at <= now() ORDER BY id FOR NO KEY UPDATE) old
+    FROM (SELECT x.id, x.status FROM tasks x JOIN versions v ON v.content_id = x.content_id AND v.version = x.version
+          WHERE x.id = ANY(%(ids)s) AND x.status IN ('ready', 'retry') AND x.deadline_at <= now()
+            AND NOT lane_paused(v.lane)
+          ORDER BY x.id FOR NO KEY UPDATE OF x) old
     WHERE t.id = old.id
     RETURNING t.*, old.status AS from_status
 ), dead AS (

@@ -15,7 +15,7 @@ COMMANDS = sorted(p.name for p in (ROOT / "bin").iterdir()
 
 
 def test_every_command_is_listed():
-    assert COMMANDS == ["batches", "dev", "dispatch", "import", "keys", "migrate", "reconcile", "soak", "test"]
+    assert COMMANDS == ["batches", "bulk", "dev", "dispatch", "import", "keys", "migrate", "reconcile", "soak", "test", "workers"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -38,3 +38,24 @@ def test_keys_create_from_a_bare_environment_makes_a_key_that_signs_in(database_
     with connect(database_url, autocommit=True) as conn:
         found = keys.authenticate(conn, token)
     assert found is not None and found.owner == "ops@example.com" and found.role == "editor"
+
+
+def test_bulk_pauses_and_resumes_the_bulk_lane_and_refuses_what_does_not_apply(database_url, tmp_path):
+    def bulk(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"DATABASE_URL={database_url}",
+                               str(ROOT / "bin" / "bulk"), *argv], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+
+    assert bulk("status").stdout.strip() == "the bulk lane runs; 0 tasks wait for a worker"
+    refused = bulk("resume", "--by", "ops@example.com")
+    assert refused.returncode == 1 and "not paused" in refused.stderr
+    paused = bulk("pause", "--by", "ops@example.com")
+    assert paused.returncode == 0, paused.stdout + paused.stderr
+    again = bulk("pause", "--by", "someone-else")
+    assert again.returncode == 1 and "paused already" in again.stderr and "ops@example.com" in again.stderr
+    assert "paused since" in bulk("status").stdout
+    resumed = bulk("resume", "--by", "ops@example.com")
+    assert resumed.returncode == 0 and "resumed the bulk lane after" in resumed.stdout
+    with connect(database_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT paused_by, resumed_by, resumed_at IS NOT NULL AS ended FROM lane_pauses").fetchall()
+    assert rows == [{"paused_by": "ops@example.com", "resumed_by": "ops@example.com", "ended": True}]

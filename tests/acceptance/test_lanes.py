@@ -37,7 +37,7 @@ def pools(stack: DevStack) -> dict[str, int]:
         except OSError:
             continue
         if b"worker-pool" in argv and parent_argv == argv:     # a worker forked by its pool
-            queues = " ".join(a.decode() for a in argv[-2:])
+            queues = " ".join(a.decode() for a in argv[argv.index(b"-n") + 2:])
             found[queues] = found.get(queues, 0) + 1
     return found
 
@@ -56,8 +56,10 @@ def test_the_readme_stack_keeps_the_providers_busy_and_editors_first(database_ur
     left = None
     try:
         stack.wait_ready()
-        # the workers: RQ's own worker pools, as many workers per kind as the provider may serve at once
-        assert pools(stack) == {"image image-bulk": LIMIT, "tts tts-bulk": LIMIT, "bundle bundle-bulk": 1}
+        # the workers: RQ's own worker pools, as many workers per kind as the provider may serve at once, one of
+        # them listening to the interactive queue only
+        assert pools(stack) == {"image image-bulk": LIMIT - 1, "image": 1, "tts tts-bulk": LIMIT - 1, "tts": 1,
+                                "bundle bundle-bulk": 1, "bundle": 1}
         stack.wait_done(stack.save(lesson(2, "warm-up"))[1]["content_id"])
 
         # a 12-block lesson alone

@@ -54,3 +54,16 @@ def test_a_running_task_shows_its_worker_and_heartbeat_and_once_its_lease_ran_ou
 def test_an_unknown_outcome_waits_for_a_person_and_a_finished_task_says_how_it_ended():
     assert why(row("unknown")).code == "needs_decision"
     assert why(row("failed"), [{"id": 1, "kind": "image", "status": "failed"}]).english() == "finished: failed"
+
+
+def test_a_due_task_of_a_paused_lane_says_who_paused_it_and_what_becomes_of_its_deadline():
+    paused = row(lane="bulk", lane_paused_at=NOW - timedelta(minutes=5), lane_paused_by="ops@example.com",
+                 dispatches=1)
+    found = why(paused)
+    assert found.code == "lane_paused"
+    assert found.english() == ("the bulk lane is paused since 10:35:00 by ops@example.com: it starts when the lane "
+                               "resumes, and its deadline moves on by the pause")
+    # a dependency not met yet is still the first thing to say, and a running task is running
+    assert why(paused, [{"id": 4, "kind": "tts", "status": "ready"}]).code == "waiting_for_dependency"
+    assert why(row("running", lane="bulk", lane_paused_at=NOW, lane_paused_by="x", worker="w",
+                   heartbeat_at=NOW, lease_until=NOW + timedelta(seconds=20))).code == "running"

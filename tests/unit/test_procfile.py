@@ -13,29 +13,34 @@ from pipeline import lanes, settings
 from pipeline.core.errors import ConfigError
 
 KINDS = {"worker-image": "image", "worker-tts": "tts", "worker-bundle": "bundle"}
+INTERACTIVE = {f"{name}-interactive": kind for name, kind in KINDS.items()}
 
 
 def argv_of(command: str, env: dict[str, str]) -> list[str]:
     """The argv `sh` runs for a Procfile command line in this environment."""
     script = f"set -- {command}; for a in \"$@\"; do printf '%s\\0' \"$a\"; done"
     out = subprocess.run(["/bin/sh", "-c", script], env={"PATH": os.defpath, **env}, capture_output=True,
-                         check=True).stdout
+                         check=True, cwd=devstack.ROOT).stdout
     return out.decode().split("\0")[:-1]
 
 
 def test_the_procfile_lists_the_web_app_one_worker_pool_per_kind_and_the_dispatcher():
     assert [name for name, _ in devstack.read_procfile()] == [
-        "web", "worker-image", "worker-tts", "worker-bundle", "dispatcher", "batcher"]
+        "web", "worker-image", "worker-image-interactive", "worker-tts", "worker-tts-interactive", "worker-bundle",
+        "worker-bundle-interactive", "dispatcher", "batcher"]
 
 
-@pytest.mark.parametrize("name", sorted(KINDS))
+@pytest.mark.parametrize("name", sorted({**KINDS, **INTERACTIVE}))
 def test_workers_are_rq_worker_pools_of_our_simple_workers_listening_interactive_first(name):
     command = dict(devstack.read_procfile())[name]
     argv = argv_of(command, {"REDIS_URL": "redis://127.0.0.1:6379/0"})
     assert argv[:2] == ["rq", "worker-pool"]
     assert argv[argv.index("-w") + 1] == "bin.worker.Worker"
     assert argv[argv.index("-c") + 1] == "bin.rqconfig"   # RQ's Redis URL comes from our settings
-    assert argv[-2:] == lanes.worker_queues(KINDS[name])
+    if name in KINDS:   # both lanes, the interactive one first
+        assert argv[argv.index("-n") + 2:] == lanes.worker_queues(KINDS[name])
+    else:               # the interactive queue alone
+        assert argv[argv.index("-n") + 2:] == [lanes.queue_name(INTERACTIVE[name])]
 
 
 def test_no_procfile_line_carries_a_secret_on_its_command_line():
@@ -47,18 +52,37 @@ def test_no_procfile_line_carries_a_secret_on_its_command_line():
         assert not any("s3cret" in arg for arg in argv), (name, argv)
 
 
-@pytest.mark.parametrize("env", [
-    {},
-    {"IMAGE_MAX_CONCURRENCY": "6", "TTS_MAX_CONCURRENCY": "2"},
-    {"IMAGE_MAX_CONCURRENCY": "6", "IMAGE_WORKERS": "3", "TTS_WORKERS": "5", "BUNDLE_WORKERS": "2"},
+@pytest.mark.parametrize("env, sizes", [
+    ({}, {"worker-image": 3, "worker-image-interactive": 1, "worker-tts": 3, "worker-tts-interactive": 1}),
+    ({"IMAGE_MAX_CONCURRENCY": "6", "TTS_MAX_CONCURRENCY": "1"},
+     {"worker-image": 5, "worker-image-interactive": 1, "worker-tts": 1, "worker-tts-interactive": 1}),
+    ({"IMAGE_MAX_CONCURRENCY": "8", "IMAGE_INTERACTIVE_SLOTS": "3", "TTS_INTERACTIVE_SLOTS": "0"},
+     {"worker-image": 5, "worker-image-interactive": 3, "worker-tts": 3, "worker-tts-interactive": 1}),
+    ({"IMAGE_MAX_CONCURRENCY": "6", "IMAGE_WORKERS": "3", "TTS_WORKERS": "5", "BUNDLE_WORKERS": "2",
+      "IMAGE_INTERACTIVE_WORKERS": "2", "BUNDLE_INTERACTIVE_WORKERS": "3"},
+     {"worker-image": 3, "worker-image-interactive": 2, "worker-tts": 5, "worker-bundle": 2,
+      "worker-bundle-interactive": 3}),
 ])
-def test_pool_sizes_follow_the_providers_concurrency_unless_set(env):
-    # the shell's defaults in the Procfile and the settings' defaults say the same
+def test_pool_sizes_follow_the_providers_concurrency_and_interactive_slots_unless_set(env, sizes):
+    # the shell's defaults in the Procfile and the settings' defaults say the same, and the figures are these
     cfg = settings.load(env)
+    found = {}
     for name, command in devstack.read_procfile():
-        if name in KINDS:
+        if name in KINDS or name in INTERACTIVE:
             argv = argv_of(command, {**env, "REDIS_URL": "redis://x"})
-            assert int(argv[argv.index("-n") + 1]) == lanes.workers(cfg, KINDS[name]), (name, env)
+            found[name] = int(argv[argv.index("-n") + 1])
+            wanted = (lanes.workers(cfg, KINDS[name]) if name in KINDS
+                      else lanes.interactive_workers(cfg, INTERACTIVE[name]))
+            assert found[name] == wanted, (name, env)
+    assert {name: found[name] for name in sizes} == sizes
+
+
+def test_the_bulk_lane_may_not_take_the_interactive_slots_and_keeps_at_least_one():
+    assert (settings.load({}).image.bulk_slots, settings.load({"IMAGE_MAX_CONCURRENCY": "1"}).image.bulk_slots) == (3, 1)
+    with pytest.raises(ConfigError, match="IMAGE_INTERACTIVE_SLOTS=4 leaves the bulk lane no call slot"):
+        settings.load({"IMAGE_INTERACTIVE_SLOTS": "4"})
+    with pytest.raises(ConfigError, match="TTS_INTERACTIVE_SLOTS=1 leaves the bulk lane no call slot"):
+        settings.load({"TTS_MAX_CONCURRENCY": "1", "TTS_INTERACTIVE_SLOTS": "1"})
 
 
 def test_worker_pool_sizes_are_validated_like_every_setting():

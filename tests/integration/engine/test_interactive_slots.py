@@ -1,0 +1,45 @@
+"""The interactive lane's share of a provider's call slots: the bulk lane may not hold the last
+IMAGE_INTERACTIVE_SLOTS of them, and interactive calls take those first, so an editor's call finds a
+slot at once while an import keeps every other slot busy."""
+
+import pytest
+
+from pipeline.core.errors import Busy
+from pipeline.executor import Limits
+from pipeline.lanes import BULK, INTERACTIVE
+from testkit.helpers import make_settings
+
+
+def take(conn, limits, p, lane):
+    with conn.transaction():
+        return limits.take(conn, "images:image", p, lambda c: None, lane=lane)[0]
+
+
+def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_the_rest(conn, database_url,
+                                                                                        redis_url, tmp_path):
+    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").image
+    assert (p.reserved_slots, p.bulk_slots) == (1, 3)
+    limits = Limits()
+    assert [take(conn, limits, p, BULK) for _ in range(3)] == [1, 2, 3]
+    with pytest.raises(Busy, match="all the 3 call slots the bulk lane may use are in use"):
+        take(conn, limits, p, BULK)
+    assert take(conn, limits, p, INTERACTIVE) == 4        # the held-back slot, free for the editor
+    with pytest.raises(Busy, match="all 4 call slots are in use"):
+        take(conn, limits, p, INTERACTIVE)
+
+
+def test_interactive_calls_take_the_held_back_slots_first_and_leave_the_bulk_lanes_to_it(conn, database_url,
+                                                                                         redis_url, tmp_path):
+    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4",
+                      IMAGE_INTERACTIVE_SLOTS="2").image
+    limits = Limits()
+    assert [take(conn, limits, p, INTERACTIVE) for _ in range(3)] == [4, 3, 2]
+    assert take(conn, limits, p, BULK) == 1
+    with pytest.raises(Busy):
+        take(conn, limits, p, BULK)
+
+
+def test_with_no_held_back_slot_the_bulk_lane_may_take_them_all(conn, database_url, redis_url, tmp_path):
+    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="2", IMAGE_INTERACTIVE_SLOTS="0").image
+    limits = Limits()
+    assert [take(conn, limits, p, BULK) for _ in range(2)] == [1, 2]
