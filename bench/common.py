@@ -355,6 +355,15 @@ def quiet_logs(path: Path) -> Iterator[None]:
             sys.stderr = saved
 
 
+def stop_stack(stack, *fakes) -> None:
+    """Stop a bin/dev stack (testkit.stack.DevStack) and its fake providers; say which processes outlived it."""
+    left = stack.stop()
+    for fake in fakes:
+        fake.stop()
+    if left:
+        say(f"WARNING: processes left after stopping the stack: {left}")
+
+
 def run_main(main: Callable[[list[str]], int]) -> None:
     try:
         sys.exit(main(sys.argv[1:]))

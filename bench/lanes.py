@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import Stack, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import stop_stack, Stack, print_machine, run_main, say, servers, table  # noqa: E402
 from bench.makespan import alone, wait_peak  # noqa: E402
 from bin.embedded import free_port  # noqa: E402
 from testkit.stack import DevStack, fake_provider, lesson, provider_env  # noqa: E402
@@ -127,11 +127,7 @@ def run_config(bench: Stack, name: str, env: dict[str, str], args) -> dict:
         figures["peak"] = f"{image.max_in_flight('image')} / {tts.max_in_flight('audio')}"
         figures["bulk_slots"] = bulk_slots
     finally:
-        left = stack.stop()
-        image.stop()
-        tts.stop()
-        if left:
-            say(f"WARNING: processes left after stopping the stack: {left}")
+        stop_stack(stack, image, tts)
     return figures
 
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import Stack, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import stop_stack, Stack, print_machine, run_main, say, servers, table  # noqa: E402
 from bin.embedded import free_port  # noqa: E402
 from testkit.stack import DevStack, descendants, fake_provider, ideal_seconds, lesson, provider_env  # noqa: E402
 
@@ -158,11 +158,7 @@ def main(argv: list[str]) -> int:
                 if (blocks, limit, workers) == main_config and args.backlog:
                     lanes_rows, turn_rows = behind_backlog(bench, stack, image, tts, blocks, limit, args, totals)
             finally:
-                left = stack.stop()
-                image.stop()
-                tts.stop()
-                if left:
-                    say(f"WARNING: processes left after stopping the stack: {left}")
+                stop_stack(stack, image, tts)
         say("\n1. Save to every task done (median of "
             f"{args.repeats}; ideal = ceil(blocks / limit) x the slower kind's latency):")
         say(table(["blocks", "limit C", "workers image / speech", "image / speech latency", "ideal s",

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import stop_stack, print_machine, run_main, say, servers, table  # noqa: E402
 from bin.embedded import free_port  # noqa: E402
 from testkit.stack import DevStack, fake_provider, lesson, provider_env  # noqa: E402
 
@@ -80,11 +80,7 @@ def main(argv: list[str]) -> int:
                 after = counts(conn)
             during = during or after
         finally:
-            left = stack.stop()
-            image.stop()
-            tts.stop()
-            if left:
-                say(f"WARNING: processes left after stopping the stack: {left}")
+            stop_stack(stack, image, tts)
     claims = after["claims"] - before["claims"]
     busy = after["busy"] - before["busy"]
     calls = after["succeeded"] - before["succeeded"] - args.lessons   # each media task's call; bundles call nothing

@@ -221,6 +221,24 @@ def _recovery_scan(cfg):
     return scan
 
 
+def _on_database(cfg, work, *, refusals: tuple) -> int:
+    """Run `work(conn)` on a connection and turn its ends into the shared exit codes: 0 done, 1 one of
+    `refusals` (printed), 2 PostgreSQL unusable or unreachable."""
+    try:
+        with servers.connect(cfg) as conn:
+            work(conn)
+    except refusals as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    except servers.ServerUnusable as exc:
+        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
+        return 2
+    except psycopg.OperationalError as exc:
+        print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def keys_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bin/keys", description=(
         "Manage API keys. Exit codes: 0 done, 1 refused (unknown key id, bad owner or role), "
@@ -240,35 +258,25 @@ def keys_main(argv: list[str]) -> int:
     cfg = _settings()
     from pipeline import keys
     from pipeline.core.errors import InvalidInput, NotFound
-    try:
-        with servers.connect(cfg) as conn:
-            if args.command == "create":
-                info, token = keys.create(conn, args.owner, args.role)
-                print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")
-                print(token)
-            elif args.command == "list":
-                for info in keys.list_keys(conn):
-                    state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "live"
-                    print(f"{info.id:>5}  {info.role:<8}  {info.owner}  "
-                          f"created {info.created_at:%Y-%m-%d %H:%M}  {state}")
-            else:
-                info = keys.revoke(conn, args.key_id)
-                print(f"revoked key {info.id} of {info.owner} ({info.role})")
-                if args.cancel_pending:
-                    cancelled = keys.cancel_pending(conn, info.id, actor=f"bin/keys (revoked key {info.id})")
-                    for content_id, version, n in cancelled:
-                        print(f"cancelled version {version} of content {content_id}: {n} tasks not started")
-                    print(f"cancelled the unstarted work of {len(cancelled)} versions")
-    except (InvalidInput, NotFound) as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return 1
-    except servers.ServerUnusable as exc:
-        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.OperationalError as exc:
-        print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    def work(conn) -> None:
+        if args.command == "create":
+            info, token = keys.create(conn, args.owner, args.role)
+            print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")
+            print(token)
+        elif args.command == "list":
+            for info in keys.list_keys(conn):
+                state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "live"
+                print(f"{info.id:>5}  {info.role:<8}  {info.owner}  "
+                      f"created {info.created_at:%Y-%m-%d %H:%M}  {state}")
+        else:
+            info = keys.revoke(conn, args.key_id)
+            print(f"revoked key {info.id} of {info.owner} ({info.role})")
+            if args.cancel_pending:
+                cancelled = keys.cancel_pending(conn, info.id, actor=f"bin/keys (revoked key {info.id})")
+                for content_id, version, n in cancelled:
+                    print(f"cancelled version {version} of content {content_id}: {n} tasks not started")
+                print(f"cancelled the unstarted work of {len(cancelled)} versions")
+    return _on_database(cfg, work, refusals=(InvalidInput, NotFound))
 
 
 def bulk_main(argv: list[str]) -> int:
@@ -287,31 +295,21 @@ def bulk_main(argv: list[str]) -> int:
     cfg = _settings()
     from pipeline import pauses
     from pipeline.core.errors import Conflict
-    try:
-        with servers.connect(cfg) as conn:
-            if args.command == "pause":
-                row = pauses.pause(conn, by=args.by)
-                print(f"paused the bulk lane at {row['paused_at']:%Y-%m-%d %H:%M:%S %Z} (by {row['paused_by']}); "
-                      f"calls already running finish")
-            elif args.command == "resume":
-                row = pauses.resume(conn, by=args.by)
-                print(f"resumed the bulk lane after {(row['resumed_at'] - row['paused_at']).total_seconds():.0f} s; "
-                      f"{row['tasks_moved']} waiting tasks had their deadlines moved on by as much")
-            else:
-                lane = pauses.state(conn)
-                print(f"the bulk lane runs; {lane['waiting']} tasks wait for a worker" if not lane["paused"] else
-                      f"the bulk lane is paused since {lane['paused_at']:%Y-%m-%d %H:%M:%S %Z} by "
-                      f"{lane['paused_by']}; {lane['waiting']} tasks wait for the resume")
-    except Conflict as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return 1
-    except servers.ServerUnusable as exc:
-        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.OperationalError as exc:
-        print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    def work(conn) -> None:
+        if args.command == "pause":
+            row = pauses.pause(conn, by=args.by)
+            print(f"paused the bulk lane at {row['paused_at']:%Y-%m-%d %H:%M:%S %Z} (by {row['paused_by']}); "
+                  f"calls already running finish")
+        elif args.command == "resume":
+            row = pauses.resume(conn, by=args.by)
+            print(f"resumed the bulk lane after {(row['resumed_at'] - row['paused_at']).total_seconds():.0f} s; "
+                  f"{row['tasks_moved']} waiting tasks had their deadlines moved on by as much")
+        else:
+            lane = pauses.state(conn)
+            print(f"the bulk lane runs; {lane['waiting']} tasks wait for a worker" if not lane["paused"] else
+                  f"the bulk lane is paused since {lane['paused_at']:%Y-%m-%d %H:%M:%S %Z} by "
+                  f"{lane['paused_by']}; {lane['waiting']} tasks wait for the resume")
+    return _on_database(cfg, work, refusals=(Conflict,))
 
 
 def workers_main(argv: list[str]) -> int:
