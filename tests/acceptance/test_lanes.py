@@ -77,7 +77,7 @@ def test_the_readme_stack_keeps_the_providers_busy_and_editors_first(database_ur
                                    for i in range(BACKLOG)))
         imported = stack.run_import(backlog)
         assert imported.returncode == 0, imported.stderr[-2000:]
-        wait_in_flight(image, "image", LIMIT)
+        wait_in_flight(image, "image", LIMIT - 1)   # every slot the bulk lane may hold; one is held back
         started, body = stack.save(lesson(BLOCKS, "editor"))
         done = stack.wait_done(body["content_id"])
         behind = done["ended"] - started
