@@ -30,7 +30,7 @@ import psycopg
 
 from pipeline import bundle, db, ledger, servers, spend, storage
 from pipeline.core import policy
-from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, Transient
+from pipeline.core.errors import Busy, ConfigError, PipelineError, ProviderError, SlotsBusy, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Asset, Task
 from pipeline.core.states import MEDIA_KINDS
@@ -56,7 +56,8 @@ class Settlement:
     task: Task
     provider: str | None = None          # the slot's provider name (Limits), None when no slot is held
     slot: int | None = None
-    holder: uuid.UUID | None = None
+    holder: uuid.UUID | None = None      # the attempt's lease token
+    bulk_slots: int = 0                  # of the provider's slots, how many the bulk lane may hold (for the wake)
     booking: spend.Booking | None = None
     replay: bool = False
     ledger: dict | None = None           # the call's ledger row, once the call was made
@@ -64,8 +65,8 @@ class Settlement:
     prepared: bool = False               # the executor's `prepare` took what the call needs
 
     def write(self, conn: psycopg.Connection) -> None:
-        """Release the slot, write the ledger row and settle the booking to the reported cost, in the caller's
-        transaction."""
+        """Release the slot (waking the waiters it lets run), write the ledger row and settle the booking to the
+        reported cost, in the caller's transaction."""
         if self.ledger is not None:
             ledger.record_call(conn, self.task, **self.ledger)
             if self.booking is not None and self.ledger.get("reported_cost") is not None:
@@ -73,6 +74,8 @@ class Settlement:
         if self.slot is not None:
             db.execute(conn, "provider_slots_release", {"provider": self.provider, "slot": self.slot,
                                                         "holder": self.holder})
+            db.execute(conn, "provider_slots_wake", {"kind": self.task.kind, "provider": self.provider,
+                                                     "bulk_slots": self.bulk_slots})
 
     def committed(self) -> None:
         self.settled = True
@@ -158,31 +161,35 @@ def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int
 class Limits:
     """Provider slots and per-minute rate, shared through PostgreSQL by every worker."""
 
+    slot_wait_seconds: float = 60.0              # SLOT_WAIT_SECONDS: the timer of a wait for a slot
     _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
 
     def take(self, conn: psycopg.Connection, provider: str, p: ProviderSettings,
-             book: Callable[[psycopg.Connection], spend.Booking | None],
-             lane: str = INTERACTIVE) -> tuple[int, uuid.UUID, spend.Booking | None]:
-        """Hold one call slot, count one call in this minute's window and book its cost, all or nothing,
-        in the caller's transaction. The bulk lane may hold only `p.bulk_slots` of the slots.
+             book: Callable[[psycopg.Connection], spend.Booking | None], *, kind: str, holder: uuid.UUID,
+             lane: str = INTERACTIVE) -> tuple[int, spend.Booking | None]:
+        """Hold one call slot for `holder` (the attempt's lease token), count one call in this minute's window
+        and book its cost, all or nothing, in the caller's transaction. The bulk lane may hold only
+        `p.bulk_slots` of the slots, and none while interactive work of its `kind` waits for one.
 
-        Raises Busy (no slot, rate reached) or BudgetReached; then nothing is held or booked. A booking
-        that can fail runs in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
+        Raises SlotsBusy (the task waits until a slot frees and wakes it), Busy (the rate reached: it waits
+        for the next minute) or BudgetReached; then nothing is held or booked. A booking that can fail runs
+        in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
         """
-        holder = uuid.uuid4()
         if (provider, p.max_concurrency) not in self._ensured:
             db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
             self._ensured.add((provider, p.max_concurrency))
         with conn.transaction() if p.cost_per_call > 0 or p.priced_by == "table" else nullcontext():
             usable = p.bulk_slots if lane == BULK else p.max_concurrency
             row = db.one(conn, "provider_slot_and_rate_take", {
-                "provider": provider, "max": usable, "top_first": lane != BULK, "holder": holder,
+                "provider": provider, "max": usable, "top_first": lane != BULK, "holder": holder, "kind": kind,
                 "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
             if row["slot"] is not None:
-                return row["slot"], holder, book(conn)
+                return row["slot"], book(conn)
         if not row["slot_free"]:
-            which = f"the {usable} call slots the bulk lane may use" if lane == BULK else f"{usable} call slots"
-            raise Busy(f"{provider}: all {which} are in use", retry_after=1.0)
+            self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
+            which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
+                     else f"all {usable} call slots are in use")
+            raise SlotsBusy(f"{provider}: {which}", retry_after=self.slot_wait_seconds)
         raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
                    retry_after=float(row["seconds_left"]))
 
@@ -191,7 +198,7 @@ class ProviderExecutor:
     def __init__(self, cfg: Settings, providers: dict[str, Provider], store: MediaStore, book: ReceiptBook,
                  conn: Callable[[], psycopg.Connection]) -> None:
         self.cfg, self.providers, self.store, self.book, self.conn = cfg, providers, store, book, conn
-        self.limits = Limits()
+        self.limits = Limits(slot_wait_seconds=cfg.slot_wait_seconds)
 
     @classmethod
     def from_settings(cls, cfg: Settings, conn: Callable[[], psycopg.Connection] | None = None) -> "ProviderExecutor":
@@ -223,10 +230,11 @@ class ProviderExecutor:
         replay = settings.honours_idempotency_key and ledger.key_charged(
             conn, idempotency_key(task.fingerprint, task.id))
         cost = spend.estimate(settings, task.kind, task.input)
-        slot, holder, booking = self.limits.take(conn, name, settings, lambda c: None if replay else spend.book(
+        slot, booking = self.limits.take(conn, name, settings, lambda c: None if replay else spend.book(
             c, provider.name, task.content_id, settings, self.cfg.content_budget, self.cfg.budget_recheck_seconds,
-            cost=cost), lane=task.lane)
-        settlement.provider, settlement.slot, settlement.holder = name, slot, holder
+            cost=cost), kind=task.kind, holder=task.lease_token, lane=task.lane)
+        settlement.provider, settlement.slot, settlement.holder = name, slot, task.lease_token
+        settlement.bulk_slots = settings.bulk_slots
         settlement.booking, settlement.replay = booking, replay
 
     def execute(self, task: Task, attempt: Attempt) -> Asset:

@@ -116,6 +116,9 @@ class Reconciler:
             return False
         with self.conn.transaction():
             applied = tasks.apply(self.conn, tasks.Seen.found(row), action, actor=ACTOR)
+            if applied.status is not None and row["status"] == TaskStatus.RUNNING.value and row["lease_token"]:
+                # the attempt whose lease ran out is over: the call slot its worker held is free now
+                db.execute(self.conn, "provider_slots_release_of_attempt", {"lease_token": row["lease_token"]})
         if applied.status is None:
             return False
         log("reconciled", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
@@ -171,6 +174,14 @@ class Reconciler:
         finally:
             if not self.conn.broken:
                 db.execute(self.conn, "image_batches_unlock")
+
+    def wake_slot_waiters(self, report: Report) -> None:
+        """Tasks waiting for a call slot, as many as each provider's free slots allow: slots freed by the
+        recovery of dead workers' attempts, by running out (`held_until`), or just before their waiters parked."""
+        for kind, provider in self.providers.items():
+            woken = db.scalar(self.conn, "provider_slots_wake", {
+                "kind": kind, "provider": f"{provider.name}:{kind}", "bulk_slots": getattr(self.cfg, kind).bulk_slots})
+            report.add("slot_waiters_woken", woken or 0)
 
     def supersede_old(self, report: Report) -> None:
         """Unfinished work of versions older than their content's current one, as a save supersedes it."""
@@ -240,6 +251,7 @@ class Reconciler:
         report = Report()
         try:
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=1)
+            self.wake_slot_waiters(report)
             self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
         finally:
             if not self.conn.broken:
@@ -262,6 +274,7 @@ class Reconciler:
             self.supersede_old(report)
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=50)
             self._decide_and_apply("reconcile_unknown", recovery.decide_unknown, report, "unknown", pages=1)
+            self.wake_slot_waiters(report)
             self.advance_batches(report)
             self.fail_past_deadline(report)
             self._bulk("outbox_add_missing_unblocked", {}, report, "unblocked")

@@ -133,6 +133,7 @@ class Settings:
     dispatch_claim_seconds: float = 30.0
     lost_dispatch_seconds: float = 60.0
     recovery_scan_seconds: float = 5.0     # the dispatcher's scans of expired leases and lost messages; 0: off
+    slot_wait_seconds: float = 60.0        # a wait for a call slot that nothing woke ends after this long
     reconcile_slot_seconds: int = 60       # `bin/reconcile --slot`: one run per slot of this length, on any machine
     # worker pools and lanes (pipeline/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
     image_workers: int | None = None       # the Procfile's worker-image pool (both lanes); None: the provider's
@@ -434,6 +435,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         "dispatch_claim_seconds": ("DISPATCH_CLAIM_SECONDS", _float("DISPATCH_CLAIM_SECONDS", 0.1, 3600)),
         "lost_dispatch_seconds": ("LOST_DISPATCH_SECONDS", _float("LOST_DISPATCH_SECONDS", 0.1, 86_400)),
         "recovery_scan_seconds": ("RECOVERY_SCAN_SECONDS", _float("RECOVERY_SCAN_SECONDS", 0, 3600)),
+        "slot_wait_seconds": ("SLOT_WAIT_SECONDS", _float("SLOT_WAIT_SECONDS", 1, 3600)),
         "reconcile_slot_seconds": ("RECONCILE_SLOT_SECONDS", _int("RECONCILE_SLOT_SECONDS", 1, 86_400)),
         "image_workers": ("IMAGE_WORKERS", _int("IMAGE_WORKERS", 1, 1000)),
         "tts_workers": ("TTS_WORKERS", _int("TTS_WORKERS", 1, 1000)),

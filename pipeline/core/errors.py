@@ -77,6 +77,13 @@ class WaitingForInput(Busy, PipelineError):
     waiting_for = "input"
 
 
+class SlotsBusy(Busy, PipelineError):
+    """Every call slot this task may use is taken: wait, spending no attempt, until a slot frees and wakes it
+    (`wake_slot_waiters`); `retry_after` is the timer that ends a wait nothing woke."""
+
+    waiting_for = "slot"
+
+
 class BudgetReached(Busy, PipelineError):
     """The call would pass a spend limit: it is not made; the task waits, spending no attempt."""
 

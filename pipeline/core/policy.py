@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from pipeline.core.errors import Ambiguous, Busy, Cancelled, LeaseLost, Permanent, ProviderError, Refused, Transient
+from pipeline.core.errors import (Ambiguous, Busy, Cancelled, LeaseLost, Permanent, ProviderError, Refused, SlotsBusy,
+                                  Transient)
 from pipeline.core.outcome import Outcome, Reason
 from pipeline.core.records import clip
 from pipeline.core.states import TaskStatus
@@ -60,7 +61,9 @@ def after_failure(error: Exception, *, attempts: int, max_attempts: int, now: da
         return _with(Outcome(TaskStatus.FAILED, Reason.PERMANENT_ERROR, message, dead_letter="permanent error"), details)
     if isinstance(error, Busy):
         at = now + timedelta(seconds=max(0.0, error.retry_after))
-        if at >= deadline:
+        if isinstance(error, SlotsBusy) and at >= deadline:   # a freed slot may wake it before the deadline
+            at = deadline
+        elif at >= deadline:
             return _with(Outcome(TaskStatus.FAILED, Reason.DEADLINE_PASSED, message,
                                  dead_letter="deadline passed while busy"), details)
         waiting_for = getattr(error, "waiting_for", None)

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pipeline.core import policy
-from pipeline.core.errors import (Ambiguous, BudgetReached, Busy, Cancelled, LeaseLost, Permanent, Transient,
-                                  WaitingForInput)
+from pipeline.core.errors import (Ambiguous, BudgetReached, Busy, Cancelled, LeaseLost, Permanent, SlotsBusy,
+                                  Transient, WaitingForInput)
 from pipeline.core.outcome import Reason
 from pipeline.core.states import TaskStatus
 
@@ -35,6 +35,7 @@ def after(error, attempts=1, max_attempts=3, deadline=NOW + timedelta(hours=1)):
     (Transient("refused"), TaskStatus.RETRY, Reason.TRANSIENT, None),
     (Ambiguous("read timeout"), TaskStatus.UNKNOWN, Reason.UNKNOWN_OUTCOME, None),
     (Busy("429", retry_after=5), TaskStatus.RETRY, Reason.BUSY, None),
+    (SlotsBusy("all 4 call slots are in use", retry_after=60), TaskStatus.RETRY, Reason.BUSY, None),
     (WaitingForInput("task 7 makes it", retry_after=5), TaskStatus.RETRY, Reason.WAITING_INPUT, None),
     (BudgetReached("paused: daily budget reached", retry_after=5), TaskStatus.RETRY, Reason.BUDGET, None),
     (KeyError("boom"), TaskStatus.UNKNOWN, Reason.UNCLASSIFIED_ERROR, None),
@@ -57,6 +58,13 @@ def test_a_transient_error_fails_when_attempts_or_time_run_out():
     assert (late.to, late.code, late.dead_letter) == (TaskStatus.FAILED, Reason.DEADLINE_PASSED, "deadline passed")
     busy_late = after(Busy("429", retry_after=60), deadline=NOW + timedelta(seconds=30))
     assert busy_late.dead_letter == "deadline passed while busy"
+
+
+def test_a_wait_for_a_slot_lasts_at_most_to_the_deadline_instead_of_failing_before_it():
+    # a freed slot may wake it any moment before; at the deadline the claim (or the reconciler) fails it
+    waited = after(SlotsBusy("all 4 call slots are in use", retry_after=60), deadline=NOW + timedelta(seconds=20))
+    assert (waited.to, waited.available_at, waited.waiting_for, waited.refund_attempt) == (
+        TaskStatus.RETRY, NOW + timedelta(seconds=20), "slot", True)
 
 
 def test_an_ambiguous_answer_is_safe_to_repeat_only_from_a_provider_that_honours_keys():

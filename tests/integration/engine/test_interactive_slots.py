@@ -2,9 +2,11 @@
 IMAGE_INTERACTIVE_SLOTS of them, and interactive calls take those first, so an editor's call finds a
 slot at once while an import keeps every other slot busy."""
 
+import uuid
+
 import pytest
 
-from pipeline.core.errors import Busy
+from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.executor import Limits
 from pipeline.lanes import BULK, INTERACTIVE
 from testkit.helpers import make_settings
@@ -12,7 +14,7 @@ from testkit.helpers import make_settings
 
 def take(conn, limits, p, lane):
     with conn.transaction():
-        return limits.take(conn, "images:image", p, lambda c: None, lane=lane)[0]
+        return limits.take(conn, "images:image", p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
 
 
 def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_the_rest(conn, database_url,
@@ -21,10 +23,10 @@ def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_th
     assert (p.reserved_slots, p.bulk_slots) == (1, 3)
     limits = Limits()
     assert [take(conn, limits, p, BULK) for _ in range(3)] == [1, 2, 3]
-    with pytest.raises(Busy, match="all the 3 call slots the bulk lane may use are in use"):
+    with pytest.raises(SlotsBusy, match="none of the 3 call slots the bulk lane may use is free to it"):
         take(conn, limits, p, BULK)
     assert take(conn, limits, p, INTERACTIVE) == 4        # the held-back slot, free for the editor
-    with pytest.raises(Busy, match="all 4 call slots are in use"):
+    with pytest.raises(SlotsBusy, match="all 4 call slots are in use"):
         take(conn, limits, p, INTERACTIVE)
 
 
