@@ -34,7 +34,7 @@ KEY_LIMITS = {"KEY_SAVES_PER_MINUTE": "100000", "KEY_MAX_PENDING_TASKS": "100000
 def counts(conn) -> dict:
     return conn.execute(
         "SELECT count(*) FILTER (WHERE reason = 'claimed') AS claims, "
-        "count(*) FILTER (WHERE to_status = 'retry' AND reason = 'busy') AS busy, "
+        "count(*) FILTER (WHERE to_status = 'retry' AND details->>'error_class' IN ('Busy', 'SlotsBusy')) AS busy, "
         "count(*) FILTER (WHERE to_status = 'succeeded') AS succeeded FROM events").fetchone()
 
 

@@ -63,6 +63,7 @@ class Settlement:
     ledger: dict | None = None           # the call's ledger row, once the call was made
     settled: bool = False
     prepared: bool = False               # the executor's `prepare` took what the call needs
+    woken: list[int] = field(default_factory=list)   # outbox rows of the slot waiters the release woke
 
     def write(self, conn: psycopg.Connection) -> None:
         """Release the slot (waking the waiters it lets run), write the ledger row and settle the booking to the
@@ -74,8 +75,8 @@ class Settlement:
         if self.slot is not None:
             db.execute(conn, "provider_slots_release", {"provider": self.provider, "slot": self.slot,
                                                         "holder": self.holder})
-            db.execute(conn, "provider_slots_wake", {"kind": self.task.kind, "provider": self.provider,
-                                                     "bulk_slots": self.bulk_slots})
+            self.woken = [r["outbox_id"] for r in db.all(conn, "provider_slots_wake", {
+                "kind": self.task.kind, "provider": self.provider, "bulk_slots": self.bulk_slots})]
 
     def committed(self) -> None:
         self.settled = True

@@ -265,6 +265,8 @@ def run_task(task_id: int) -> str:
         return "lease_lost"
     finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
         claimed.settlement.settle_alone(rt.conn)
-    dispatch.send_now(rt.conn(), rt.redis, unblocked, claim_seconds=rt.settings.dispatch_claim_seconds)
+    # the tasks this one unblocked, and those its freed call slot woke, go to their queues now
+    dispatch.send_now(rt.conn(), rt.redis, unblocked + claimed.settlement.woken,
+                      claim_seconds=rt.settings.dispatch_claim_seconds)
     log("job_end", **fields, status=status)
     return status

@@ -179,9 +179,9 @@ class Reconciler:
         """Tasks waiting for a call slot, as many as each provider's free slots allow: slots freed by the
         recovery of dead workers' attempts, by running out (`held_until`), or just before their waiters parked."""
         for kind, provider in self.providers.items():
-            woken = db.scalar(self.conn, "provider_slots_wake", {
+            woken = db.all(self.conn, "provider_slots_wake", {
                 "kind": kind, "provider": f"{provider.name}:{kind}", "bulk_slots": getattr(self.cfg, kind).bulk_slots})
-            report.add("slot_waiters_woken", woken or 0)
+            report.add("slot_waiters_woken", len(woken))
 
     def supersede_old(self, report: Report) -> None:
         """Unfinished work of versions older than their content's current one, as a save supersedes it."""

@@ -10,8 +10,8 @@ CREATE INDEX tasks_waiting_for_slot ON tasks (kind, id) WHERE status = 'retry' A
 -- wake_slot_waiters: make due now as many of a kind's slot waiters as `provider`'s free slots allow (less the
 -- waiters already due, which are on their way to a slot), interactive first, then bulk (which may use only the
 -- first `bulk_slots`, and none while its lane is paused); oldest first, skipping tasks another transaction holds.
--- Their outbox rows are due at once too, so the dispatcher sends them. Returns how many it woke.
-CREATE FUNCTION wake_slot_waiters(p_kind task_kind, p_provider text, p_bulk_slots integer) RETURNS integer
+-- Their outbox rows are due at once too; it returns those rows' ids, which the waker may send itself.
+CREATE FUNCTION wake_slot_waiters(p_kind task_kind, p_provider text, p_bulk_slots integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     free_all integer;
@@ -19,17 +19,17 @@ DECLARE
     due_all integer;
     due_bulk integer;
     woke_interactive integer := 0;
-    woke_bulk integer := 0;
 BEGIN
     SELECT count(*), count(*) FILTER (WHERE slot <= p_bulk_slots) INTO free_all, free_bulk
     FROM provider_slots WHERE provider = p_provider AND (holder IS NULL OR held_until < now());
     IF free_all = 0 THEN
-        RETURN 0;
+        RETURN;
     END IF;
     SELECT count(*), count(*) FILTER (WHERE o.lane = 'bulk') INTO due_all, due_bulk
     FROM tasks t JOIN outbox o ON o.task_id = t.id AND o.sent_at IS NULL
     WHERE t.kind = p_kind AND t.status = 'retry' AND t.waiting_for = 'slot' AND t.available_at <= now();
     IF free_all - due_all > 0 THEN
+        RETURN QUERY
         WITH picked AS (
             SELECT t.id FROM tasks t JOIN outbox o ON o.task_id = t.id AND o.sent_at IS NULL
             WHERE t.kind = p_kind AND t.status = 'retry' AND t.waiting_for = 'slot' AND t.available_at > now()
@@ -37,13 +37,13 @@ BEGIN
             ORDER BY t.id LIMIT free_all - due_all FOR NO KEY UPDATE OF t SKIP LOCKED
         ), woken AS (
             UPDATE tasks t SET available_at = now() FROM picked WHERE t.id = picked.id RETURNING t.id
-        ), sent AS (
-            UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL
-            RETURNING o.task_id
         )
-        SELECT count(*) INTO woke_interactive FROM woken;
+        UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL
+        RETURNING o.id;
+        GET DIAGNOSTICS woke_interactive = ROW_COUNT;
     END IF;
     IF least(free_bulk - due_bulk, free_all - due_all - woke_interactive) > 0 AND NOT lane_paused('bulk') THEN
+        RETURN QUERY
         WITH picked AS (
             SELECT t.id FROM tasks t JOIN outbox o ON o.task_id = t.id AND o.sent_at IS NULL
             WHERE t.kind = p_kind AND t.status = 'retry' AND t.waiting_for = 'slot' AND t.available_at > now()
@@ -52,13 +52,10 @@ BEGIN
             FOR NO KEY UPDATE OF t SKIP LOCKED
         ), woken AS (
             UPDATE tasks t SET available_at = now() FROM picked WHERE t.id = picked.id RETURNING t.id
-        ), sent AS (
-            UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL
-            RETURNING o.task_id
         )
-        SELECT count(*) INTO woke_bulk FROM woken;
+        UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL
+        RETURNING o.id;
     END IF;
-    RETURN woke_interactive + woke_bulk;
 END
 $$;
 

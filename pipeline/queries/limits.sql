@@ -40,6 +40,6 @@ WHERE provider = %(provider)s AND slot = %(slot)s AND holder = %(holder)s;
 UPDATE provider_slots SET holder = NULL, held_until = NULL WHERE holder = %(lease_token)s
 RETURNING provider, slot;
 
--- provider_slots_wake: wake the kind's slot waiters that the provider's free slots allow: after a release, and
--- from the recovery scan for slots that ran out or that freed just before their waiters parked
-SELECT wake_slot_waiters(%(kind)s, %(provider)s, %(bulk_slots)s) AS woken;
+-- provider_slots_wake: wake the kind's slot waiters that the provider's free slots allow (their outbox rows):
+-- after a release, and from the recovery scan for slots that ran out or freed just before their waiters parked
+SELECT woken AS outbox_id FROM wake_slot_waiters(%(kind)s, %(provider)s, %(bulk_slots)s) AS woken;

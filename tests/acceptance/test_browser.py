@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -222,3 +223,53 @@ def test_a_reviewer_compares_regenerates_rejects_withdraws_and_works_through_the
     browser.wait_for("return document.querySelector('.flash.ok') !== null", timeout=10, message="retried")
     browser.open(f"{server}{job['board_url']}")
     wait_complete(browser)
+
+
+def test_an_operator_reads_why_a_task_is_stuck_behind_a_dependency_and_behind_a_killed_worker(
+        chromium, server, tokens, conn, database_url, redis_url, media_dir, tmp_path):
+    from pipeline import settings
+    from pipeline.executor import build_providers
+    from providers.journal import CRASH_EXIT_CODE
+    from testkit.helpers import lesson, wait_until
+
+    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir), **TEST_ENV}
+    build_providers(settings.load(env))["image"].arm("crash_mid_call")   # the image worker dies mid-call
+    saved = api_call(server, tokens["admin"], "POST", "/api/contents", json=lesson(1, prefix="stuck"))
+    assert saved.status_code == 202, saved.text
+    rows = conn.execute("SELECT id, kind::text AS kind FROM tasks WHERE content_id = %s ORDER BY id",
+                        (saved.json()["content_id"],)).fetchall()
+    image, bundle = next(r["id"] for r in rows if r["kind"] == "image"), next(r["id"] for r in rows
+                                                                              if r["kind"] == "bundle")
+    browser = chromium
+    browser.open(f"{server}/signin")
+    browser.type('input[name="api_key"]', tokens["admin"])
+    browser.click('form button[type="submit"]')
+    browser.wait_for("return location.pathname === '/'", timeout=10, message="signed in")
+
+    # no worker yet: the bundle waits for its image, and says which
+    browser.open(f"{server}/tasks/{bundle}")
+    said = browser.wait_for("return document.querySelector('[data-diagnosis]')?.innerText", timeout=10,
+                            message="the diagnosis")
+    assert said.lower().startswith(f"waiting for image task {image} (ready)")
+    assert browser.script("return document.querySelector('[data-unmet] a').getAttribute('href')") == f"/tasks/{image}"
+
+    # an image worker claims the image and dies in the middle of the call; nothing recovers it here
+    log = (tmp_path / "image-worker.log").open("w")
+    worker = subprocess.Popen([sys.executable, *rq_worker_argv("image")], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+    try:
+        assert worker.wait(60) == CRASH_EXIT_CODE            # it died in the call, as the fault does
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        log.close()
+    # the page, as an operator reloads it: who held the lease, and when recovery takes the task
+    def diagnosis_once_the_lease_ran_out():
+        browser.open(f"{server}/tasks/{image}")
+        text = browser.script("return document.querySelector('[data-diagnosis]')?.innerText || ''")
+        return "its lease ran out at" in text and text
+
+    said = wait_until(diagnosis_once_the_lease_ran_out, timeout=20, interval=0.5, message="the lease running out")
+    assert said.startswith("running, last heartbeat") and "recovery takes it by" in said
+    holder = browser.script("return document.querySelector('[data-lease]').innerText")
+    assert f"{socket.gethostname()}:{worker.pid}" in holder

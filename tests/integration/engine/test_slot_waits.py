@@ -43,7 +43,7 @@ def free(conn, slots: list[int]) -> None:
 
 
 def wake(conn, bulk_slots: int = 3) -> int:
-    return db.scalar(conn, "provider_slots_wake", {"kind": "image", "provider": PROVIDER, "bulk_slots": bulk_slots})
+    return len(db.all(conn, "provider_slots_wake", {"kind": "image", "provider": PROVIDER, "bulk_slots": bulk_slots}))
 
 
 def due(conn, ids: list[int]) -> list[int]:
