@@ -85,6 +85,7 @@ def main(argv: list[str]) -> int:
     busy = after["busy"] - before["busy"]
     calls = after["succeeded"] - before["succeeded"] - args.lessons   # each media task's call; bundles call nothing
     freed = calls + len(held)
+    media = args.lessons * 2 * args.blocks
     say(table(["figure", "value"], [
         ["tasks saved (images, speech, bundles)", tasks],
         ["claims, whole run", claims],
@@ -92,6 +93,7 @@ def main(argv: list[str]) -> int:
         ["busy claims while the slots were held (first ~hold s)", during["busy"] - before["busy"]],
         ["slots freed (held slots running out + calls ended)", freed],
         ["claims of media tasks per slot freed", f"{(claims - args.lessons) / freed:.2f}"],
+        ["  the same, less each task's first claim", f"{(claims - args.lessons - media) / freed:.2f}"],
         ["last save to last task done, s", ended - saved_at],
     ], digits=1))
     return 0

@@ -233,6 +233,64 @@ class Stack:
         return response.json()
 
 
+def system_env(database_url: str, redis_url: str, media_dir: Path, provider_url: str) -> dict[str, str]:
+    """The settings of a fault-test system: short leases and backoff, both providers at the fake's URL."""
+    return {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
+            "SECRET_KEY": "test-only-secret-key-0123456789abcdefghij",
+            "LEASE_SECONDS": "3", "HEARTBEAT_SECONDS": "0.5", "BACKOFF_BASE_SECONDS": "0.1",
+            "BACKOFF_CAP_SECONDS": "0.5", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2",
+            "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": provider_url, "IMAGE_API_KEY": "sk-test-image",
+            "IMAGE_DAILY_BUDGET": "unlimited", "IMAGE_READ_TIMEOUT": "2", "IMAGE_CONNECT_TIMEOUT": "1",
+            "TTS_PROVIDER": "openai", "TTS_BASE_URL": provider_url, "TTS_API_KEY": "sk-test-tts",
+            "TTS_DAILY_BUDGET": "unlimited", "TTS_VOICE": "alloy", "TTS_READ_TIMEOUT": "2",
+            "TTS_CONNECT_TIMEOUT": "1"}
+
+
+def start_stack(system: System, redis_dir: Path, owner: str = "editor-0", **env: str) -> Stack:
+    """The whole system on `system`'s database with its own Valkey (in `redis_dir`): gunicorn, the dispatcher,
+    a reconciler loop and one worker per kind, each as a process; returned once the web answers and the
+    three workers have registered. One key of `owner` saves and approves (`Stack.token`). Stop it with
+    `stop_stack`."""
+    import redis as redis_mod
+    from rq import Worker
+
+    from bin.embedded import Valkey, free_port
+    from pipeline import keys
+
+    valkey = Valkey(redis_dir, free_port())
+    valkey.start()
+    running = system.with_env(REDIS_URL=valkey.url(), DEMO_MODE="false", ALLOW_SELF_APPROVAL="true", **env)
+    with running.db() as conn:
+        _, token = keys.create(conn, owner, "admin")
+    built = Stack(running, valkey, free_port(), token)
+    built.owner = owner
+    built.procs = {
+        "web": spawn(running, ["-m", "gunicorn", "--bind", f"127.0.0.1:{built.port}", "--workers", "2",
+                               "web:create_app()"], "web"),
+        "dispatcher": spawn(running, [str(ROOT / "bin" / "dispatch")], "dispatcher"),
+        "reconciler": spawn(running, [str(ROOT / "bin" / "reconcile"), "--loop", "0.5"], "reconciler"),
+    }
+    for queue in ("image", "tts", "bundle"):
+        running.start_worker(queue)
+
+    def healthy():
+        try:
+            return built.session.get(built.url + "/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+    wait_until(healthy, timeout=30, message="the web app answering")
+    # and every worker registered with RQ: a test that then takes Redis away finds them all started
+    client = redis_mod.Redis.from_url(valkey.url())
+    wait_until(lambda: len(Worker.all(connection=client)) >= 3, timeout=60, message="the three workers started")
+    client.close()
+    return built
+
+
+def stop_stack(stack: Stack) -> None:
+    stack.system.stop()
+    stack.valkey.stop()
+
+
 def spawn(system, argv, name):
     proc = system._spawn(argv, name)
     system.workers.append(proc)

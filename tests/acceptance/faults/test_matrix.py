@@ -1,13 +1,13 @@
 """The fault matrix: one fault injected for real into a running system, driven through its HTTP API,
 judged by task states, events, receipts, the delivered manifest and the fake provider's counters.
-Rows about worker deaths, Redis FLUSHALL and concurrent reconcile runs live beside this file."""
+Rows about worker deaths, Redis FLUSHALL and concurrent reconcile runs live beside this file; the rows
+`bin/drill` runs too are defined once in testkit/drills.py (test_drills.py)."""
 
 import signal
 
 import psycopg
-import redis
 
-from pipeline import dispatch, versions
+from pipeline import versions
 from pipeline.core.fingerprint import idempotency_key
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import draft, lesson, wait_until
@@ -18,40 +18,9 @@ def key(row):
     return idempotency_key(row["fingerprint"], row["id"])
 
 
-def counts(stack):
-    with stack.system.db() as conn:
-        return {t: conn.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]
-                for t in ("contents", "versions", "tasks", "outbox")}
-
-
 def events(stack, task_id):
     with stack.system.db() as conn:
         return conn.execute("SELECT * FROM events WHERE task_id = %s ORDER BY id", (task_id,)).fetchall()
-
-
-def test_an_exception_before_the_save_commits_leaves_nothing(stack):
-    with stack.system.db() as conn:
-        conn.execute("CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS "
-                     "$$ BEGIN RAISE EXCEPTION 'injected failure'; END $$")
-        conn.execute("CREATE TRIGGER boom BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION boom()")
-    response = stack.api("POST", "/api/contents", lesson(2))
-    assert response.status_code == 500 and "injected" not in response.text
-    assert set(counts(stack).values()) == {0}
-    with stack.system.db() as conn:
-        conn.execute("DROP TRIGGER boom ON outbox")
-    assert stack.api("POST", "/api/contents", lesson(2)).status_code == 202
-
-
-def test_redis_down_during_a_save_is_accepted_then_sent_and_run_when_it_returns(stack, fake):
-    stack.valkey.stop()
-    saved = stack.save(lesson(1))
-    with stack.system.db() as conn:
-        unsent = conn.execute("SELECT count(*) AS n FROM outbox WHERE sent_at IS NULL").fetchone()["n"]
-    assert unsent == 2
-    stack.valkey.start()
-    rows = settle(stack, saved["content_id"], timeout=90)
-    assert [r["status"] for r in rows] == ["succeeded"] * 3
-    assert all(fake.calls_for(key(r)).executions == 1 for r in rows[:2])
 
 
 def test_a_worker_started_while_redis_is_away_waits_for_it_instead_of_exiting(stack, fake):
@@ -71,48 +40,6 @@ def test_a_worker_started_while_redis_is_away_waits_for_it_instead_of_exiting(st
     rows = settle(stack, saved["content_id"], timeout=60)
     assert [r["status"] for r in rows] == ["succeeded"] * 3
     assert all(fake.calls_for(key(r)).executions == 1 for r in rows[:2])
-
-
-def test_a_crash_after_enqueue_before_marking_sent_is_a_duplicate_message_run_once(stack, fake):
-    kill(stack.procs["dispatcher"])
-    with stack.system.db() as conn:
-        saved = versions.save(conn, draft(1), stack.system.cfg, actor="e")   # no fast path: the dispatcher sends
-        rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (saved.content_id,)).fetchall()
-    # a trigger makes "mark sent" wait for a lock the test holds: the dispatcher stops after its enqueue
-    with stack.system.db() as conn:
-        conn.execute("CREATE FUNCTION hold_mark() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                     "PERFORM pg_advisory_xact_lock(4242); RETURN NEW; END $$")
-        conn.execute("CREATE TRIGGER hold_mark BEFORE UPDATE OF sent_at ON outbox FOR EACH ROW "
-                     "EXECUTE FUNCTION hold_mark()")
-    with stack.system.holding("SELECT pg_advisory_lock(4242)"):
-        doomed = stack.system._spawn([str(stack.system_root() / "bin" / "dispatch")], "doomed-dispatcher")
-        stack.system.workers.append(doomed)
-        stack.system.waiting_on_lock()
-        wait_until(lambda: all(stack.system.task(r["id"])["status"] == "succeeded" for r in rows[:2]),
-                   message="the enqueued messages run")
-        # the mark is one autocommit statement, sent with its commit: the dispatcher's session is ended too (as a
-        # lost machine would end it), so that the mark never commits
-        sessions = stack.system.sessions_of(doomed)
-        kill(doomed)
-        with stack.system.db() as conn:
-            ended = conn.execute("SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity "
-                                 "WHERE pid = ANY(%s) AND wait_event = 'advisory'", (sessions,)).fetchall()
-        assert [r["ended"] for r in ended] == [True]
-    with stack.system.db() as conn:
-        conn.execute("DROP TRIGGER hold_mark ON outbox")
-        marked = conn.execute("SELECT count(*) AS n FROM outbox WHERE sent_at IS NOT NULL AND task_id = ANY(%s)",
-                              ([r["id"] for r in rows[:2]],)).fetchone()["n"]
-    assert marked == 0   # enqueued and run, never marked sent
-    stack.procs["dispatcher"] = stack.system._spawn([str(stack.system_root() / "bin" / "dispatch")], "dispatcher")
-    stack.system.workers.append(stack.procs["dispatcher"])
-    done = settle(stack, saved.content_id)
-    assert [r["status"] for r in done] == ["succeeded"] * 3
-    assert all(r["attempts"] == 1 for r in done)
-    assert all(fake.calls_for(key(r)).requests == 1 for r in done[:2])
-    # after the dead claim's lease, the rows are sent again: duplicate messages that claim nothing
-    skipped = wait_until(lambda: "".join(p.read_text() for p in stack.system.logs.glob("worker-*.log")).count(
-        '"job_skipped"') >= 2, message="both duplicates consumed")
-    assert skipped and all(stack.system.task(r["id"])["attempts"] == 1 for r in done)
 
 
 def test_a_dispatcher_dying_with_claimed_rows_leaves_them_to_be_sent_after_the_claim_lease(stack, fake):
@@ -178,42 +105,6 @@ def test_a_400_from_the_provider_fails_at_once_with_a_dead_letter(stack, fake):
     assert fake.calls_for(key(image)).requests == 1
 
 
-def test_exhausted_attempts_dead_letter_and_a_manual_retry_reopens_the_budget(make_stack, fake):
-    stack = make_stack(MAX_ATTEMPTS="2")
-    fake.script(Behaviour.fail(408, endpoint="image"), Behaviour.fail(408, endpoint="image"))
-    saved = stack.save(lesson(1))
-    image_id = settle(stack, saved["content_id"], done=("succeeded", "failed", "ready"))[0]["id"]
-    image = stack.system.wait_status(image_id, "failed")
-    assert image["attempts"] == 2
-    with stack.system.db() as conn:
-        assert conn.execute("SELECT reason FROM dead_letters WHERE task_id = %s",
-                            (image_id,)).fetchone()["reason"] == "attempts exhausted"
-    response = stack.api("POST", f"/api/tasks/{image_id}/retry")
-    assert response.status_code == 202, response.text
-    rows = settle(stack, saved["content_id"])
-    assert [r["status"] for r in rows] == ["succeeded"] * 3
-    reopened = [e for e in events(stack, image_id) if e["from_status"] == "failed"]
-    assert len(reopened) == 1 and reopened[0]["actor"] == "editor-0" and reopened[0]["to_status"] == "ready"
-
-
-def test_a_duplicate_message_while_a_retry_waits_spends_no_attempt(stack, fake):
-    # the provider asks for 30 s of patience: the task waits in `retry` with its time in PostgreSQL
-    fake.script(Behaviour.fail(429, retry_after=30, endpoint="image"))
-    saved = stack.save(lesson(1))
-    image_id = stack.api("GET", f"/api/contents/{saved['content_id']}/versions/1").json()["tasks"][0]["id"]
-    waiting = wait_until(lambda: (r := stack.system.task(image_id))["status"] == "retry" and r,
-                         message="the retry scheduled")
-    assert (waiting["available_at"] - waiting["updated_at"]).total_seconds() > 25
-    client = redis.Redis.from_url(stack.system.env["REDIS_URL"])
-    dispatch.enqueue(client, [{"id": 0, "task_id": image_id, "queue": "image"}])
-    wait_until(lambda: client.llen("rq:queue:image") == 0, message="the duplicate consumed")
-    wait_until(lambda: "job_skipped" in "".join(p.read_text() for p in stack.system.logs.glob("worker-image*.log")),
-               message="the worker skipping it")
-    after = stack.system.task(image_id)
-    assert (after["status"], after["attempts"], after["available_at"]) == ("retry", 0, waiting["available_at"])
-    assert len([r for r in fake.recorded if r.endpoint == "image"]) == 1
-
-
 def test_a_new_version_while_the_old_runs_supersedes_it_and_only_the_new_is_delivered(stack, fake):
     fake.script(Behaviour("hold", seconds=30, endpoint="image"))
     first = stack.save(lesson(1))
@@ -244,18 +135,6 @@ def test_approving_an_incomplete_version_is_409_and_delivery_stays_as_it_was(sta
     assert refused.status_code == 409
     assert stack.api("GET", f"/api/contents/{saved['content_id']}/delivery").json() == before
     fake.release()
-
-
-def test_the_capacity_limit_answers_503_writes_nothing_and_accepts_after_the_drain(make_stack, fake):
-    stack = make_stack(MAX_PENDING_TASKS="6")
-    fake.set_default(Behaviour("delay", seconds=0.5))
-    first = stack.save(lesson(1))                       # 3 tasks
-    before = counts(stack)
-    refused = stack.api("POST", "/api/contents", lesson(2))   # 5 more
-    assert refused.status_code == 503 and int(refused.headers["Retry-After"]) >= 1
-    assert counts(stack) == before
-    settle(stack, first["content_id"])
-    assert stack.api("POST", "/api/contents", lesson(2)).status_code == 202
 
 
 def test_an_editor_retrying_an_unknown_accepts_the_risk_and_the_second_call_is_recorded(stack, fake):
