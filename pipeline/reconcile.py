@@ -245,9 +245,12 @@ class Reconciler:
     def scan(self) -> Report:
         """The two cheap scans between runs (the dispatcher's, every RECOVERY_SCAN_SECONDS): leases past
         `lease_until`, and messages sent LOST_DISPATCH_SECONDS ago and never claimed. Under the run's lock, so
-        never beside a run; a page of expired leases at a time, so a provider lookup cannot hold up dispatch."""
+        never beside a run; a page of expired leases at a time, so a provider lookup cannot hold up dispatch.
+        Then, lock or no lock (the wake is safe beside anything), the waiters that free call slots allow."""
         if not db.one(self.conn, "reconcile_try_lock")["locked"]:
-            return Report(locked=False)
+            report = Report(locked=False)
+            self.wake_slot_waiters(report)
+            return report
         report = Report()
         try:
             self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=1)

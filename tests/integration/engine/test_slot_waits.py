@@ -6,8 +6,10 @@ import uuid
 import pytest
 
 from pipeline import db, pauses, versions
+from pipeline.db import connect
 from pipeline.core.errors import SlotsBusy
-from pipeline.executor import Limits
+from pipeline.executor import Limits, build_providers
+from pipeline.reconcile import Reconciler
 from pipeline.lanes import BULK, INTERACTIVE
 from testkit.helpers import draft, make_settings
 
@@ -97,3 +99,18 @@ def test_the_bulk_lane_takes_no_slot_while_interactive_work_of_its_kind_waits_fo
     conn.execute("UPDATE tasks SET status = 'ready', waiting_for = NULL WHERE id = ANY(%s)", (editor,))
     assert take(BULK) == 1                                 # nobody interactive waits now
 
+
+
+def test_the_dispatchers_scan_wakes_waiters_for_slots_that_ran_out_even_while_a_reconcile_run_holds_the_lock(
+        conn, cfg):
+    providers = build_providers(cfg)
+    name = f"{providers['image'].name}:image"
+    editor = waiting_for_a_slot(conn, cfg, 1, INTERACTIVE)
+    db.execute(conn, "provider_slots_ensure", {"provider": name, "max": cfg.image.max_concurrency})
+    conn.execute("UPDATE provider_slots SET holder = gen_random_uuid(), held_until = now() - interval '1 s' "
+                 "WHERE provider = %s", (name,))   # every slot's hold ran out: nobody released them
+    with connect(cfg.database_url, autocommit=True) as run:
+        assert db.one(run, "reconcile_try_lock")["locked"]   # a reconcile run in progress
+        report = Reconciler(cfg, conn, providers).scan()
+    assert not report.locked and report.counts["slot_waiters_woken"] == 1
+    assert due(conn, editor) == editor
