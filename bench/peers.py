@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Peers: our engine next to Procrastinate, each doing the same durable work per task, in one run.
+
+Ours: bench/engine_overhead.py's run (lessons saved and sent as the web does; the real job through the
+real executor, with providers that answer at once in process; fsynced intent and result receipts, the
+asset in the media store, slots, ledger, the fenced completion, the bundle task), `--blocks` blocks per
+lesson. Procrastinate (bench/peer_procrastinate.py, pinned in bench/requirements-peers.txt, run from
+.venv-peers): one job per task writing the same three durable files with our own writer, completion in
+its own tables; one job at a time per worker process, as ours. Both on the same PostgreSQL (fsync and
+synchronous commit on), a fresh database each run; the order alternates between repeats. Each run checks
+that every task ran exactly once (ours: every task succeeded with one attempt; Procrastinate: every job
+succeeded, one intent and one result file per job).
+
+Costs per task: CPU of the worker processes, PostgreSQL, Redis and the driver (for Procrastinate the
+driver's defer runs as a child process, counted with the driver), PostgreSQL commits, write transactions
+(xids) and WAL fsyncs, server-wide deltas over the run.
+
+    .venv/bin/python bench/peers.py --install     # once: .venv-peers with the project's lock and the peers
+    .venv/bin/python bench/peers.py [--tasks 600] [--repeats 3] [--workers 1,2] [--blocks 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, Stack, median, print_machine, run_main, say, servers, table, tasks_per_lesson  # noqa: E402
+from bench.engine_overhead import Run, _finish, run_ours  # noqa: E402
+from bench.measure import CpuSnapshot, redis_calls, settle_pg_stats  # noqa: E402
+
+PEERS_VENV = ROOT / ".venv-peers"
+PEER_PYTHON = PEERS_VENV / "bin" / "python"
+PEER = str(ROOT / "bench" / "peer_procrastinate.py")
+
+
+def install() -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    pip = [str(PEER_PYTHON), "-m", "pip", "install", "--quiet"]
+    subprocess.run(pip + ["--require-hashes", "--no-deps", "-r", str(ROOT / "requirements.lock")], check=True)
+    subprocess.run(pip + ["-r", str(ROOT / "bench" / "requirements-peers.txt")], check=True)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_procrastinate(stack: Stack, workers: int, tasks: int, batch: int, tag: str) -> Run:
+    name = f"peer_{tag}"
+    stack.create_database(name, migrate=False)
+    work = stack.base / name
+    env = {**os.environ, "PEER_DATABASE_URL": stack.pg.url(name), "PEER_WORK_DIR": str(work), "PYTHONPATH": str(ROOT)}
+    subprocess.run([str(PEER_PYTHON), PEER, "schema"], env=env, check=True, cwd=ROOT)
+    procs = []
+    for i in range(workers):
+        log = open(stack.logs / f"{tag}-{i}.log", "ab")
+        procs.append(subprocess.Popen([str(PEER_PYTHON), PEER, "worker", f"{tag}-{i}"], env=env, cwd=ROOT,
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        log.close()
+    stack.procs.extend(procs)
+    with stack.db(name) as conn:
+        deadline = time.monotonic() + 60
+        while conn.execute("SELECT count(*) AS n FROM procrastinate_workers").fetchone()["n"] < workers:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Procrastinate's workers did not start; see {stack.logs}")
+            time.sleep(0.1)
+        before_pg, before_redis = settle_pg_stats(stack, wait=0), redis_calls(stack.redis())
+        before_cpu, before_children = CpuSnapshot.take(stack, procs), _children_cpu()
+        started = time.time()
+        subprocess.run([str(PEER_PYTHON), PEER, "defer", str(tasks), str(batch)], env=env, check=True, cwd=ROOT)
+        deferring = _children_cpu() - before_children
+        while True:
+            row = conn.execute("SELECT count(*) FILTER (WHERE status = 'succeeded') AS done, "
+                               "count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'aborted')) AS bad "
+                               "FROM procrastinate_jobs").fetchone()
+            if row["bad"]:
+                raise RuntimeError(f"{row['bad']} Procrastinate jobs did not succeed; see {stack.logs}")
+            if row["done"] == tasks:
+                break
+            time.sleep(0.1)
+        last = conn.execute("SELECT max(at) AS last FROM procrastinate_events WHERE type = 'succeeded'"
+                            ).fetchone()["last"]
+        tries = conn.execute("SELECT count(*) AS n FROM procrastinate_events WHERE type = 'started'").fetchone()["n"]
+    run = _finish(stack, procs, before_cpu, before_pg, before_redis, "Procrastinate", "one job at a time", tasks,
+                  last.timestamp() - started)
+    run.cpu.driver += deferring
+    files = {kind: len(list((work / kind).iterdir())) for kind in ("intents", "results")}
+    if tries != tasks or files != {"intents": tasks, "results": tasks}:
+        raise RuntimeError(f"Procrastinate ran {tries} starts for {tasks} jobs, files {files}: not exactly once")
+    return run
+
+
+def exactly_once_ours(stack: Stack, tag: str, run: Run) -> Run:
+    with stack.db(f"ours_{tag}") as conn:
+        row = conn.execute("SELECT count(*) AS n, count(*) FILTER (WHERE status = 'succeeded' AND attempts = 1) AS once "
+                           "FROM tasks").fetchone()
+    if row["n"] != run.items or row["once"] != row["n"]:
+        raise RuntimeError(f"ours: {row['once']} of {row['n']} tasks succeeded on their one attempt")
+    return run
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--install", action="store_true", help="make .venv-peers and exit")
+    parser.add_argument("--tasks", type=int, default=600, help="tasks per run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", default="1,2", help="worker processes, comma-separated")
+    parser.add_argument("--blocks", type=int, default=10, help="blocks per lesson of ours (2 tasks each + a bundle)")
+    args = parser.parse_args(argv)
+    if args.install:
+        install()
+        return 0
+    if not PEER_PYTHON.exists():
+        say(f"{PEERS_VENV} is missing: run .venv/bin/python bench/peers.py --install first")
+        return 2
+    counts = [int(x) for x in args.workers.split(",")]
+    per_lesson = tasks_per_lesson(args.blocks)
+    ours_tasks = max(1, math.ceil(args.tasks / per_lesson)) * per_lesson
+    runs: list[Run] = []
+    with servers() as stack:
+        print_machine(stack)
+        for rep in range(args.repeats):
+            for workers in counts:
+                tag = f"r{rep}-{workers}"
+                pair = [lambda: exactly_once_ours(stack, tag, run_ours(stack, "simple", workers, ours_tasks,
+                                                                        args.blocks, tag)),
+                        lambda: run_procrastinate(stack, workers, args.tasks, per_lesson, tag)]
+                for make in (pair if rep % 2 == 0 else pair[::-1]):
+                    run = make()
+                    runs.append(run)
+                    say(f"  repeat {rep + 1}: {run.who:<13} x{run.workers}: {run.items} in {run.seconds:.2f} s = "
+                        f"{run.rate:.1f}/s")
+        report(runs, counts)
+    return 0
+
+
+def report(runs: list[Run], counts: list[int]) -> None:
+    rows, costs = [], []
+    for workers in counts:
+        ours = [r for r in runs if r.who == "ours" and r.workers == workers]
+        peer = [r for r in runs if r.who == "Procrastinate" and r.workers == workers]
+        ratios = [o.rate / p.rate for o, p in zip(ours, peer)]
+        rows.append([workers, median(o.rate for o in ours), median(p.rate for p in peer), f"{median(ratios):.2f}x",
+                     " / ".join(f"{x:.2f}" for x in ratios)])
+        for group in (ours, peer):
+            costs.append([workers, group[0].who,
+                          median(r.per_item(r.cpu.workers) * 1000 for r in group),
+                          median(r.per_item(r.cpu.postgres) * 1000 for r in group),
+                          median(r.per_item(r.cpu.redis) * 1000 for r in group),
+                          median(r.per_item(r.cpu.driver) * 1000 for r in group),
+                          median(r.per_item(r.cpu.total) * 1000 for r in group),
+                          median(r.per_item(r.pg["commits"]) for r in group),
+                          median(r.per_item(r.pg["next_xid"]) for r in group),
+                          median(r.per_item(r.pg["wal_fsyncs"]) for r in group)])
+    say()
+    say("Tasks per second, median of repeats (ratio = ours / Procrastinate, per repeat then median); every task "
+        "ran exactly once in every run:")
+    say(table(["workers", "ours tasks/s", "Procrastinate tasks/s", "ratio", "ratio per repeat"], rows))
+    say()
+    say("Cost per task, medians; CPU in ms; PostgreSQL counters are server-wide deltas over the run:")
+    say(table(["workers", "who", "CPU workers", "CPU postgres", "CPU redis", "CPU driver", "CPU total",
+               "PG commits", "PG write tx (xids)", "WAL fsyncs"], costs, digits=2))
+
+
+if __name__ == "__main__":
+    run_main(main)
