@@ -10,13 +10,15 @@ CREATE INDEX tasks_waiting_for_slot ON tasks (kind, id) WHERE status = 'retry' A
 -- wake_slot_waiters: make due now as many of a kind's slot waiters as `provider`'s free slots allow (less the
 -- waiters already due, which are on their way to a slot), interactive first, then bulk (which may use only the
 -- first `bulk_slots`, and none while its lane is paused); oldest first, skipping tasks another transaction holds.
+-- Due bulk waiters do not hold back interactive ones: their messages wait for room in the metered bulk queues,
+-- and the bulk lane takes no slot while interactive work waits for one.
 -- Their outbox rows are due at once too; it returns those rows' ids, which the waker may send itself.
 CREATE FUNCTION wake_slot_waiters(p_kind task_kind, p_provider text, p_bulk_slots integer) RETURNS SETOF bigint
 LANGUAGE plpgsql AS $$
 DECLARE
     free_all integer;
     free_bulk integer;
-    due_all integer;
+    due_interactive integer;
     due_bulk integer;
     woke_interactive integer := 0;
 BEGIN
@@ -25,16 +27,17 @@ BEGIN
     IF free_all = 0 THEN
         RETURN;
     END IF;
-    SELECT count(*), count(*) FILTER (WHERE o.lane = 'bulk') INTO due_all, due_bulk
+    SELECT count(*) FILTER (WHERE o.lane = 'interactive'), count(*) FILTER (WHERE o.lane = 'bulk')
+    INTO due_interactive, due_bulk
     FROM tasks t JOIN outbox o ON o.task_id = t.id AND o.sent_at IS NULL
     WHERE t.kind = p_kind AND t.status = 'retry' AND t.waiting_for = 'slot' AND t.available_at <= now();
-    IF free_all - due_all > 0 THEN
+    IF free_all - due_interactive > 0 THEN
         RETURN QUERY
         WITH picked AS (
             SELECT t.id FROM tasks t JOIN outbox o ON o.task_id = t.id AND o.sent_at IS NULL
             WHERE t.kind = p_kind AND t.status = 'retry' AND t.waiting_for = 'slot' AND t.available_at > now()
               AND o.lane = 'interactive'
-            ORDER BY t.id LIMIT free_all - due_all FOR NO KEY UPDATE OF t SKIP LOCKED
+            ORDER BY t.id LIMIT free_all - due_interactive FOR NO KEY UPDATE OF t SKIP LOCKED
         ), woken AS (
             UPDATE tasks t SET available_at = now() FROM picked WHERE t.id = picked.id RETURNING t.id
         )
@@ -42,13 +45,13 @@ BEGIN
         RETURNING o.id;
         GET DIAGNOSTICS woke_interactive = ROW_COUNT;
     END IF;
-    IF least(free_bulk - due_bulk, free_all - due_all - woke_interactive) > 0 AND NOT lane_paused('bulk') THEN
+    IF least(free_bulk, free_all - due_interactive - woke_interactive) - due_bulk > 0 AND NOT lane_paused('bulk') THEN
         RETURN QUERY
         WITH picked AS (
             SELECT t.id FROM tasks t JOIN outbox o ON o.task_id = t.id AND o.sent_at IS NULL
             WHERE t.kind = p_kind AND t.status = 'retry' AND t.waiting_for = 'slot' AND t.available_at > now()
               AND o.lane = 'bulk'
-            ORDER BY t.id LIMIT least(free_bulk - due_bulk, free_all - due_all - woke_interactive)
+            ORDER BY t.id LIMIT least(free_bulk, free_all - due_interactive - woke_interactive) - due_bulk
             FOR NO KEY UPDATE OF t SKIP LOCKED
         ), woken AS (
             UPDATE tasks t SET available_at = now() FROM picked WHERE t.id = picked.id RETURNING t.id

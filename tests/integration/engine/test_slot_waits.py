@@ -71,6 +71,16 @@ def test_a_freed_slot_wakes_one_waiter_interactive_first_and_never_more_than_the
     assert due(conn, bulk + editor) == [bulk[0]] + editor  # the editor's second, then the oldest bulk task
 
 
+def test_bulk_waiters_already_due_but_waiting_for_room_in_the_bulk_queues_do_not_hold_back_an_editor(conn, cfg):
+    bulk = waiting_for_a_slot(conn, cfg, 3, BULK)
+    conn.execute("UPDATE tasks SET available_at = now() WHERE id = ANY(%s)", (bulk,))   # their timers ran out,
+    conn.execute("UPDATE outbox SET available_at = now() WHERE task_id = ANY(%s)", (bulk,))   # the queues are full
+    editor = waiting_for_a_slot(conn, cfg, 1, INTERACTIVE)
+    hold(conn, [1, 2, 3, 4])
+    free(conn, [4])
+    assert wake(conn) == 1 and due(conn, editor) == editor
+
+
 def test_bulk_waiters_are_woken_only_for_slots_the_bulk_lane_may_hold_and_not_while_it_is_paused(conn, cfg):
     bulk = waiting_for_a_slot(conn, cfg, 2, BULK)
     hold(conn, [1, 2, 3, 4])
