@@ -108,14 +108,18 @@ def main(argv: list[str]) -> int:
     import redis
     from rq import Queue, SimpleWorker, Worker
 
+    from pipeline import dispatch
+
     counter = FsyncCounter() if args.stats else None
     if args.kind == "engine":
         install_engine_runtime(args.calls_log)
     url = os.environ["REDIS_URL"]
     connection = redis.Redis.from_url(url)
     cls = SimpleWorker if args.worker_class == "simple" else Worker
-    worker = cls([Queue(q, connection=connection) for q in args.queues.split(",")], connection=connection,
-                 name=args.name)
+    # our messages are JSON (pipeline.dispatch.SERIALIZER), as bin/worker.py reads them; plain RQ keeps its default
+    serializer = {"serializer": dispatch.SERIALIZER} if args.kind == "engine" else {}
+    worker = cls([Queue(q, connection=connection, **serializer) for q in args.queues.split(",")],
+                 connection=connection, name=args.name, **serializer)
     profiler = None
     if args.profile:
         from pyinstrument import Profiler

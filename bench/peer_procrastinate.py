@@ -5,12 +5,12 @@ Each job does the durable work a media task of ours does, with the same file wri
 temp file, fsync, rename, fsync of the directory): an intent record, the instant provider's bytes (unique
 to the job) stored under their sha256, a result record; the job's completion is Procrastinate's own, in
 PostgreSQL. Procrastinate is used as its documentation sets it up: `App(connector=PsycopgConnector(...))`,
-`App.run_worker(queues=..., concurrency=...)`, jobs deferred with `Task.batch_defer`
+workers started with its command line (`procrastinate --app bench.peer_procrastinate.app worker --queues media
+--concurrency 1`), jobs deferred with `Task.batch_defer`
 (https://procrastinate.readthedocs.io/en/stable/howto/basics/worker.html, .../howto/basics/defer.html).
 
     peer_procrastinate.py schema            apply Procrastinate's schema to PEER_DATABASE_URL
     peer_procrastinate.py defer N BATCH     defer jobs 0..N-1, BATCH per statement
-    peer_procrastinate.py worker NAME       one worker, one job at a time, until SIGTERM
 """
 
 from __future__ import annotations
@@ -58,8 +58,6 @@ def main(argv: list[str]) -> int:
         with app.open():
             for start in range(0, total, batch):
                 media.batch_defer(*({"job": job} for job in range(start, min(total, start + batch))))
-    elif command == "worker":
-        app.run_worker(queues=["media"], name=argv[1], concurrency=1, wait=True, install_signal_handlers=True)
     else:
         raise SystemExit(f"unknown command {command!r}")
     return 0

@@ -62,7 +62,10 @@ def run_procrastinate(stack: Stack, workers: int, tasks: int, batch: int, tag: s
     procs = []
     for i in range(workers):
         log = open(stack.logs / f"{tag}-{i}.log", "ab")
-        procs.append(subprocess.Popen([str(PEER_PYTHON), PEER, "worker", f"{tag}-{i}"], env=env, cwd=ROOT,
+        # the worker as Procrastinate's documentation starts one: its command line, the app named by module path
+        procs.append(subprocess.Popen([str(PEER_PYTHON), "-m", "procrastinate", "--app", "bench.peer_procrastinate.app",
+                                       "worker", "--queues", "media", "--concurrency", "1", "--name", f"{tag}-{i}"],
+                                      env=env, cwd=ROOT,
                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         log.close()
     stack.procs.extend(procs)
