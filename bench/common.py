@@ -330,6 +330,25 @@ def worker_argv(kind: str, worker_class: str, name: str, *, queues: Sequence[str
     return argv + (["--burst"] if burst else []) + list(extra)
 
 
+def wait_all_done(conn, sql: str, total: int, what: str, logs: Path, *, stall_seconds: float | None = None,
+                  on_stall=None) -> dict:
+    """Poll `sql` (a row with `done` and `bad` counts, and whatever else the caller wants back) every 0.1 s until
+    `done` reaches `total`; a `bad` count raises. With `stall_seconds`, `on_stall(row)` is called (and must raise)
+    when `done` has not moved for that long. Returns the last row."""
+    progress = (-1, time.monotonic())
+    while True:
+        row = conn.execute(sql).fetchone()
+        if row["bad"]:
+            raise RuntimeError(f"{row['bad']} {what} did not succeed; see {logs}")
+        if row["done"] == total:
+            return row
+        if row["done"] != progress[0]:
+            progress = (row["done"], time.monotonic())
+        elif stall_seconds is not None and time.monotonic() - progress[1] > stall_seconds:
+            on_stall(row)
+        time.sleep(0.1)
+
+
 def wait_workers_idle(conn_redis: redis.Redis, names: Iterable[str], timeout: float = 60) -> None:
     from rq import Worker
     wanted = set(names)

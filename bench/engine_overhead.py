@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (Stack, draft, median, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
-                          table, tasks_per_lesson, wait_workers_idle, worker_argv)
+                          table, tasks_per_lesson, wait_all_done, wait_workers_idle, worker_argv)
 from bench.measure import CORES, CpuSnapshot, print_limits, redis_calls, settle_pg_stats  # noqa: E402
 
 
@@ -95,23 +95,16 @@ def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag:
             saved = versions.save(conn, d, cfg, actor="bench", send_at_once=True)
             dispatch.send_now(conn, conn_redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
         total = lessons * tasks_per_lesson(blocks)
-        progress = (-1, time.monotonic())
-        while True:
-            row = conn.execute("SELECT count(*) FILTER (WHERE status = 'succeeded') AS done, "
-                               "count(*) FILTER (WHERE status NOT IN ('ready', 'running', 'succeeded')) AS bad, "
-                               "max(updated_at) AS last FROM tasks").fetchone()
-            if row["bad"]:
-                raise RuntimeError(f"{row['bad']} tasks did not succeed; see {stack.logs}")
-            if row["done"] == total:
-                break
-            if row["done"] != progress[0]:
-                progress = (row["done"], time.monotonic())
-            elif time.monotonic() - progress[1] > STALL_SECONDS:
-                for proc in procs:
-                    stack.stop(proc)
-                raise LostMessage(f"{total - row['done']} tasks still waiting after {STALL_SECONDS:.0f} s without "
-                                  "progress")
-            time.sleep(0.1)
+
+        def stalled(row: dict) -> None:
+            for proc in procs:
+                stack.stop(proc)
+            raise LostMessage(f"{total - row['done']} tasks still waiting after {STALL_SECONDS:.0f} s without "
+                              "progress")
+        row = wait_all_done(conn, "SELECT count(*) FILTER (WHERE status = 'succeeded') AS done, "
+                                  "count(*) FILTER (WHERE status NOT IN ('ready', 'running', 'succeeded')) AS bad, "
+                                  "max(updated_at) AS last FROM tasks", total, "tasks", stack.logs,
+                            stall_seconds=STALL_SECONDS, on_stall=stalled)
     seconds = row["last"].timestamp() - started
     return _finish(stack, procs, before_cpu, before_pg, before_redis, "ours", cls, total, seconds)
 

@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, Stack, median, print_machine, run_main, say, servers, table, tasks_per_lesson  # noqa: E402
+from bench.common import (ROOT, Stack, median, print_machine, run_main, say, servers, table,  # noqa: E402
+                          tasks_per_lesson, wait_all_done)
 from bench.engine_overhead import Run, _finish, run_ours  # noqa: E402
 from bench.measure import CpuSnapshot, redis_calls, settle_pg_stats  # noqa: E402
 
@@ -80,15 +81,9 @@ def run_procrastinate(stack: Stack, workers: int, tasks: int, batch: int, tag: s
         started = time.time()
         subprocess.run([str(PEER_PYTHON), PEER, "defer", str(tasks), str(batch)], env=env, check=True, cwd=ROOT)
         deferring = _children_cpu() - before_children
-        while True:
-            row = conn.execute("SELECT count(*) FILTER (WHERE status = 'succeeded') AS done, "
-                               "count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'aborted')) AS bad "
-                               "FROM procrastinate_jobs").fetchone()
-            if row["bad"]:
-                raise RuntimeError(f"{row['bad']} Procrastinate jobs did not succeed; see {stack.logs}")
-            if row["done"] == tasks:
-                break
-            time.sleep(0.1)
+        wait_all_done(conn, "SELECT count(*) FILTER (WHERE status = 'succeeded') AS done, "
+                            "count(*) FILTER (WHERE status IN ('failed', 'cancelled', 'aborted')) AS bad "
+                            "FROM procrastinate_jobs", tasks, "Procrastinate jobs", stack.logs)
         last = conn.execute("SELECT max(at) AS last FROM procrastinate_events WHERE type = 'succeeded'"
                             ).fetchone()["last"]
         tries = conn.execute("SELECT count(*) AS n FROM procrastinate_events WHERE type = 'started'").fetchone()["n"]

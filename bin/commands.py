@@ -32,7 +32,8 @@ def migrate_main(argv: list[str]) -> int:
     parser.add_argument("--check", action="store_true", help="only report; exit 1 when migrations are missing")
     args = parser.parse_args(argv)
     cfg = _settings()
-    try:
+
+    def work() -> int:
         if args.check:
             with servers.connect(cfg) as conn:
                 todo = migrations.pending(conn)
@@ -40,20 +41,12 @@ def migrate_main(argv: list[str]) -> int:
                 print(f"missing {m.version:04d}_{m.name}")
             return 1 if todo else 0
         applied = migrations.migrate(cfg.database_url, bounds=cfg)
-    except migrations.MigrationError as exc:
-        print(f"refused: {exc}", file=sys.stderr)
-        return 1
-    except servers.ServerUnusable as exc:
-        print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
-        return 2
-    except psycopg.OperationalError as exc:
-        print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
-        return 2
-    for m in applied:
-        print(f"applied {m.version:04d}_{m.name}")
-    if not applied:
-        print("schema is current")
-    return 0
+        for m in applied:
+            print(f"applied {m.version:04d}_{m.name}")
+        if not applied:
+            print("schema is current")
+        return 0
+    return _exit_code(work, refusals=(migrations.MigrationError,))
 
 
 def _stop_flag():
@@ -222,11 +215,19 @@ def _recovery_scan(cfg):
 
 
 def _on_database(cfg, work, *, refusals: tuple) -> int:
-    """Run `work(conn)` on a connection and turn its ends into the shared exit codes: 0 done, 1 one of
-    `refusals` (printed), 2 PostgreSQL unusable or unreachable."""
-    try:
+    """Run `work(conn)` on a connection, with `_exit_code`'s exit codes."""
+    def connected() -> int:
         with servers.connect(cfg) as conn:
             work(conn)
+        return 0
+    return _exit_code(connected, refusals=refusals)
+
+
+def _exit_code(work, *, refusals: tuple) -> int:
+    """Run `work()` and turn its ends into the shared exit codes: its own (0 done), 1 one of `refusals`
+    (printed), 2 PostgreSQL unusable or unreachable."""
+    try:
+        return work()
     except refusals as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
@@ -236,7 +237,6 @@ def _on_database(cfg, work, *, refusals: tuple) -> int:
     except psycopg.OperationalError as exc:
         print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 def keys_main(argv: list[str]) -> int:

@@ -111,6 +111,11 @@ class Executor(Protocol):
         ...
 
 
+def slots_of(provider_name: str, kind: str) -> str:
+    """The name a provider's call slots go by for one task kind (`provider_slots.provider`)."""
+    return f"{provider_name}:{kind}"
+
+
 def batched(cfg: Settings, task: Task) -> bool:
     """Whether the task's call goes into a Batch API job (IMAGE_BULK_BACKEND=batch, a bulk-lane image)."""
     return cfg.image_bulk_backend == "batch" and task.kind == "image" and task.lane == "bulk"
@@ -227,7 +232,7 @@ class ProviderExecutor:
                                                 self.cfg.content_budget, self.cfg.budget_recheck_seconds,
                                                 cost=spend.estimate(settings, task.kind, task.input, batch=True))
             return
-        name = f"{provider.name}:{task.kind}"
+        name = slots_of(provider.name, task.kind)
         replay = settings.honours_idempotency_key and ledger.key_charged(
             conn, idempotency_key(task.fingerprint, task.id))
         cost = spend.estimate(settings, task.kind, task.input)

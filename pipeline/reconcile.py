@@ -27,7 +27,7 @@ from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus
-from pipeline.executor import keep_result
+from pipeline.executor import keep_result, slots_of
 from pipeline.log import log
 from pipeline.settings import Settings
 from providers.base import Found, NotFound, Provider
@@ -180,7 +180,7 @@ class Reconciler:
         recovery of dead workers' attempts, by running out (`held_until`), or just before their waiters parked."""
         for kind, provider in self.providers.items():
             woken = db.all(self.conn, "provider_slots_wake", {
-                "kind": kind, "provider": f"{provider.name}:{kind}", "bulk_slots": getattr(self.cfg, kind).bulk_slots})
+                "kind": kind, "provider": slots_of(provider.name, kind), "bulk_slots": getattr(self.cfg, kind).bulk_slots})
             report.add("slot_waiters_woken", len(woken))
 
     def supersede_old(self, report: Report) -> None:
@@ -247,18 +247,17 @@ class Reconciler:
         `lease_until`, and messages sent LOST_DISPATCH_SECONDS ago and never claimed. Under the run's lock, so
         never beside a run; a page of expired leases at a time, so a provider lookup cannot hold up dispatch.
         Then, lock or no lock (the wake is safe beside anything), the waiters that free call slots allow."""
-        if not db.one(self.conn, "reconcile_try_lock")["locked"]:
-            report = Report(locked=False)
-            self.wake_slot_waiters(report)
-            return report
-        report = Report()
-        try:
-            self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired", pages=1)
-            self.wake_slot_waiters(report)
-            self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report, "redispatched")
-        finally:
-            if not self.conn.broken:
-                db.execute(self.conn, "reconcile_unlock")
+        report = Report(locked=db.one(self.conn, "reconcile_try_lock")["locked"])
+        if report.locked:
+            try:
+                self._decide_and_apply("reconcile_expired_leases", recovery.decide_expired, report, "expired",
+                                       pages=1)
+                self._bulk("outbox_redispatch", {"threshold": self.cfg.lost_dispatch_seconds}, report,
+                           "redispatched")
+            finally:
+                if not self.conn.broken:
+                    db.execute(self.conn, "reconcile_unlock")
+        self.wake_slot_waiters(report)   # after the leases' decisions, which free the slots they held
         return report
 
     def run(self, slot_seconds: int | None = None) -> Report:

@@ -1,7 +1,7 @@
 """The fault matrix: one fault injected for real into a running system, driven through its HTTP API,
 judged by task states, events, receipts, the delivered manifest and the fake provider's counters.
 Rows about worker deaths, Redis FLUSHALL and concurrent reconcile runs live beside this file; the rows
-`bin/drill` runs too are defined once in testkit/drills.py (test_drills.py)."""
+`bin/drill` runs too are defined once in testkit/drill_cases.py (test_drills.py)."""
 
 import signal
 
