@@ -9,7 +9,7 @@ and one asset per media task, the bundle's dependencies. Then VACUUM ANALYZE, as
 have done. The measurements go round-robin over the sizes, so drift on a noisy machine hits them
 alike:
 
-* claim + complete: `leases.claim` then `tasks.succeed` of each media task of a freshly saved
+* claim + complete: `attempt.claim` then `tasks.succeed` of each media task of a freshly saved
   20-block lesson (two transactions, as a worker does them, without the provider in between);
 * admission: the `pending_tasks()` count a save runs under its advisory lock (admit_save);
 * save: `versions.save` of that 20-block lesson (admission included), and dispatch: `send_due` of
@@ -114,7 +114,7 @@ def generate(stack: Stack, name: str, tasks: int, chunk: int = 6000) -> tuple[in
 
 def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
     """Save a 20-block lesson, send its outbox, then claim and complete each media task; the latencies."""
-    from pipeline import dispatch, leases, tasks, versions
+    from pipeline import attempt, dispatch, runtime, tasks, versions
     from pipeline.tasks import Asset
     import redis
     started = time.perf_counter()
@@ -126,12 +126,14 @@ def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
     ids = [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind <> 'bundle' "
                                          "ORDER BY id", (saved.content_id,))]
     out = []
+    rt = runtime.Runtime(cfg, runtime.default_executor(cfg), worker_id="bench")
     for task_id in ids:
         started = time.perf_counter()
-        task = leases.claim(conn, task_id, worker="bench", lease_seconds=60)
+        task = attempt.claim(rt, task_id).task
         sha = hashlib.sha256(f"{tag}-{task_id}".encode()).hexdigest()
         tasks.succeed(conn, task, Asset(sha, "image/webp", 300), actor="bench")
         out.append(time.perf_counter() - started)
+    rt.close()
     return out, save_s, send_s
 
 

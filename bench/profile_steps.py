@@ -5,23 +5,23 @@ from __future__ import annotations
 
 # (file path suffix, function) -> step; the innermost frame on a stack that matches names the step
 STEPS = [
-    ("pipeline/jobs.py", "_claim_once", "claim transaction (claim, reuse, input, slot + rate)"),
+    ("pipeline/attempt.py", "_claim_once", "claim transaction (claim, reuse, input, slot + rate)"),
     ("pipeline/tasks.py", "fail_past_deadline", "claim found nothing"),
     ("pipeline/tasks.py", "find_reusable", "reuse check (asset_inputs_find)"),
-    ("pipeline/jobs.py", "look", "lease check (tasks_lease_look, a read)"),
-    ("pipeline/jobs.py", "beat", "lease renewal (tasks_heartbeat)"),
-    ("pipeline/executor.py", "prepare", "provider slot + rate limit"),
+    ("pipeline/attempt.py", "look", "lease check (tasks_lease_look, a read)"),
+    ("pipeline/attempt.py", "beat", "lease renewal (tasks_heartbeat)"),
+    ("pipeline/slots.py", "take", "provider slot + rate limit"),
     ("receipts/calls.py", "write_intent", "intent receipt (durable write)"),
     ("bench/instant_worker.py", "generate", "provider call (instant)"),
     ("receipts/media.py", "put", "asset file (durable write)"),
     ("receipts/calls.py", "write_result", "result receipt (durable write)"),
-    ("pipeline/tasks.py", "succeed", "complete (tasks.succeed, with ledger row and slot release)"),
+    ("pipeline/attempt.py", "_finish", "complete (tasks.succeed_in, with ledger row and slot release)"),
     ("pipeline/dispatch.py", "send_now", "fast path for unblocked tasks"),
     ("pipeline/log.py", "log", "JSON log lines"),
     ("pipeline/bundle.py", "build", "bundle zip"),
-    ("pipeline/jobs.py", "__enter__", "heartbeat watch/forget"),
-    ("pipeline/jobs.py", "__exit__", "heartbeat watch/forget"),
-    ("pipeline/jobs.py", "run_task", "run_task, rest"),
+    ("pipeline/attempt.py", "__enter__", "heartbeat watch/forget"),
+    ("pipeline/attempt.py", "__exit__", "heartbeat watch/forget"),
+    ("pipeline/attempt.py", "run_task", "run_task, rest"),
 ]
 OUTSIDE = "RQ worker loop (dequeue, registries, job bookkeeping)"
 

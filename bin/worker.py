@@ -1,7 +1,7 @@
 """The RQ worker class of the Procfile's pools: `rq worker-pool -w bin.worker.Worker -n N QUEUES...`.
 
 The worker's entry point, beside the other commands. Each job it takes runs
-`pipeline.jobs.run_task` (the execution path is described there). RQ's own command line
+`pipeline.attempt.run_task` (the execution path is described there). RQ's own command line
 starts the processes; this class only changes what a worker does before its first job
 (docs/decisions.md, "Worker pools"):
 
@@ -15,7 +15,7 @@ starts the processes; this class only changes what a worker does before its firs
   waits for no connection either. A database that cannot be reached yet is not fatal: the job
   connects (and retries) as before.
 * A worker started while Redis is away waits for it (`wait_for_redis`) instead of exiting.
-* Messages are JSON, and a message that names anything but `pipeline.jobs.run_task(task_id)` is refused
+* Messages are JSON, and a message that names anything but `pipeline.attempt.run_task(task_id)` is refused
   without running (`refused`): whoever can write to Redis cannot run code on the workers.
 * No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
   in RQ, and `rq worker-pool` would otherwise fork a scheduler process per pool.
@@ -32,7 +32,7 @@ from rq.worker import SimpleWorker
 
 from PIL import Image
 
-from pipeline import dispatch, jobs, runtime  # noqa: F401 - imported before the pool forks (see above)
+from pipeline import attempt, dispatch, runtime  # noqa: F401 - imported before the pool forks (see above)
 from pipeline import executor  # noqa: F401 - the executor, likewise
 from pipeline.log import log
 from providers import local_image, openai_http  # noqa: F401 - adapters the registry imports when built
@@ -46,16 +46,13 @@ def warm_up() -> None:
     try:
         rt.conn()
         rt.conn("lease")
-        executor_conn = getattr(rt.executor, "conn", None)
-        if callable(executor_conn):
-            executor_conn()
         rt.redis.ping()
     except (psycopg.OperationalError, redis.RedisError) as exc:
         log("warm_up_deferred", worker=rt.worker_id, error=f"{exc.__class__.__name__}: {exc}"[:300])
 
 
 def refused(job) -> str | None:
-    """Why a message may not run, or None: it must name pipeline.jobs.run_task and one integer task id."""
+    """Why a message may not run, or None: it must name pipeline.attempt.run_task and one integer task id."""
     try:
         name, args, kwargs = job.func_name, job.args, job.kwargs
     except DeserializationError:
@@ -103,7 +100,7 @@ class Worker(SimpleWorker):
         on from its evidence once the lease runs out.
         """
         if not job.timeout or job.timeout < 0:
-            job.timeout = jobs.job_timeout(runtime.current().settings)
+            job.timeout = attempt.job_timeout(runtime.current().settings)
         return super().perform_job(job, queue)
 
     def work(self, *args, **kwargs) -> bool:

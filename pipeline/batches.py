@@ -44,7 +44,8 @@ from pipeline import db, ledger, spend, tasks
 from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
-from pipeline.executor import Settlement, keep_result
+from pipeline.executor import keep_result
+from pipeline.slots import Call
 from pipeline.log import log
 from pipeline.settings import Settings
 from providers.errors import Ambiguous
@@ -59,7 +60,7 @@ ACTOR = "batcher"
 PROVIDER = "openai-image"   # the ledger's name of the image provider whose Batch API this is
 
 
-def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Task, settlement: Settlement) -> bool:
+def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Task, call: Call) -> bool:
     """Hand a claimed bulk image task's call to the batch lane: the intent receipt (durable), then the line,
     the lease and the input hold in one transaction. False (nothing enlisted, the booking given back) when the
     worker's lease is gone."""
@@ -68,7 +69,7 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
     token = uuid.uuid4()
     book.write_intent(Intent(task.id, task.attempts, str(token), PROVIDER, data["model"], task.fingerprint, key,
                              now()))
-    booking = settlement.booking
+    booking = call.booking
     with conn.transaction():
         row = db.one(conn, "batch_lines_enlist", {
             "task_id": task.id, "lease_token": task.lease_token, "line_token": token, "custom_id": key,
@@ -77,13 +78,13 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
             "booked_day": booking.day if booking else None})
         if row is None and booking is not None:
             spend.refund_in(conn, booking)
-    settlement.booking = None   # the line owns it now (or it was given back)
+    call.booking = None   # the line owns it now (or it was given back)
     return row is not None
 
 
 @dataclass
 class LineSettlement:
-    """What settling one line writes with the task's outcome (tasks.AlsoWrite): the line's outcome, its ledger
+    """What settling one line writes with the task's outcome: the line's outcome, its ledger
     row and its booking's settlement (to the reported figure) or refund, and the input hold's release."""
 
     line: dict
@@ -106,9 +107,6 @@ class LineSettlement:
         db.execute(conn, "batch_lines_settle", {"id": line["id"], "outcome": self.outcome})
         db.execute(conn, "input_calls_release", {"fingerprint": line["fingerprint"],
                                                  "lease_token": line["lease_token"]})
-
-    def committed(self) -> None:
-        pass
 
 
 def _task(line: dict) -> Task:
@@ -251,10 +249,9 @@ class Batcher:
                                                           usage=answer.metadata.get("usage"),
                                                           cost=float(line["estimate"]) if figure is None else figure),
                                   figure)
-            try:
-                tasks.succeed(self.conn, _task(line), asset, actor=ACTOR, also=also)
-            except LeaseLost:   # superseded or cancelled meanwhile: the paid asset and the line are kept
-                pass
+            with self.conn.pipeline(), self.conn.transaction():   # superseded or cancelled meanwhile: the paid
+                tasks.succeed_in(self.conn, _task(line), asset, actor=ACTOR)   # asset and the line are kept
+                also.write(self.conn)
             return
         error = _line_error(result)
         if isinstance(error, Busy):   # the batch never ran it (expired, cancelled): back to the queue, not charged
@@ -266,7 +263,9 @@ class Batcher:
     def _settle_failure(self, line: dict, error: Exception, outcome: str, ledger_row: dict | None) -> None:
         also = LineSettlement(line, outcome, ledger_row)
         try:
-            tasks.fail_attempt(self.conn, _task(line), error, self.cfg, actor=ACTOR, now=self.clock(), also=also)
+            with self.conn.pipeline(), self.conn.transaction():
+                tasks.fail_attempt_in(self.conn, _task(line), error, self.cfg, actor=ACTOR, now=self.clock())
+                also.write(self.conn)
         except LeaseLost:
             self._settle_alone(also)
 

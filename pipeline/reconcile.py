@@ -27,7 +27,8 @@ from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus
-from pipeline.executor import keep_result, slots_of
+from pipeline.executor import keep_result
+from pipeline.slots import slots_of
 from pipeline.log import log
 from pipeline.settings import Settings
 from providers.base import Found, NotFound, Provider

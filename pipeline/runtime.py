@@ -1,6 +1,6 @@
 """What a worker process keeps between jobs: settings, the executor, and kept connections.
 
-RQ imports `pipeline.jobs.run_task` by dotted path; the job asks `current()` for
+RQ imports `pipeline.attempt.run_task` by dotted path; the job asks `current()` for
 the process's runtime, built once from the environment (or installed by tests).
 Connections are reopened when PostgreSQL restarted under them.
 
@@ -25,6 +25,7 @@ import redis
 
 from pipeline import servers, storage
 from pipeline.executor import Executor
+from pipeline.slots import SlotTable
 from pipeline.log import log
 from pipeline.settings import Settings, load
 
@@ -101,6 +102,10 @@ class Runtime:
     _pid: int = field(default_factory=os.getpid, repr=False)
     _receipt_store: str | None = field(default=None, repr=False)
     _heartbeats: Heartbeats | None = field(default=None, repr=False)
+    slot_table: SlotTable = field(default_factory=SlotTable, repr=False)   # which slot rows this process saw
+
+    def __post_init__(self) -> None:
+        self.slot_table.slot_wait_seconds = self.settings.slot_wait_seconds
 
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here) and

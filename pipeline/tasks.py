@@ -9,7 +9,7 @@ written nothing but a paid result. The other moves are set-based and each has it
 the deadline, superseding, and an editor's cancel, reopen and resolve (whose rules
 `pipeline.review` and `pipeline.versions` check). Every function checks its moves against the
 transition table (`core.states.TRANSITIONS`) before it writes. Besides, the hold on an input's
-one paid call. The claim and the lease it issues are `pipeline.leases`. Each function is one
+one paid call. The claim and the lease it issues are `pipeline.attempt`. Each function is one
 short transaction, or runs in its caller's; none is open while the work itself runs.
 """
 
@@ -19,7 +19,6 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -124,7 +123,7 @@ def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor
         wait = (holder["held_until"] - now).total_seconds() + 1 if live else cfg.lease_seconds
         error = WaitingForInput(f"task {holder['task_id']} ({holder['holder_status']}) is making the same input",
                                 retry_after=max(1.0, wait))
-        return fail_attempt(conn, task, error, cfg, actor=actor, now=now)
+        return fail_attempt_in(conn, task, error, cfg, actor=actor, now=now)
 
 
 def release_input(conn: psycopg.Connection, task: Task) -> None:
@@ -246,72 +245,58 @@ def _not_moved(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: st
     return Applied(None, lost=lost)
 
 
-class AlsoWrite(Protocol):
-    """Writes of an attempt that commit with its outcome, or not at all (`executor.Settlement`)."""
+def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
+               details: dict | None = None, reused_from: str | None = None) -> Applied:
+    """Record the asset and complete the task, in the caller's transaction.
 
-    def write(self, conn: psycopg.Connection) -> None:
-        ...
-
-    def committed(self) -> None:
-        ...
-
-
-def _with(conn: psycopg.Connection, also: AlsoWrite | None) -> None:
-    if also is not None:
-        also.write(conn)
-
-
-def _done(also: AlsoWrite | None) -> None:
-    if also is not None:
-        also.committed()
-
-
-def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
-            details: dict | None = None, reused_from: str | None = None,
-            also: AlsoWrite | None = None) -> tuple[TaskStatus, list[int]]:
-    """Record the asset and complete the task; returns its status and the outbox rows it unblocked.
-
-    The asset is indexed and the input released even when the lease was lost meanwhile (a
-    superseded task whose call was in flight): it was paid for, so newer work reuses it.
-    `reused_from`: the provider whose earlier call made the asset; the `reused` event and ledger
-    row are written in the same transaction as the completion. `also`: the attempt's own writes
-    (its call's ledger row, its provider slot's release), in the same transaction.
+    The asset is indexed and the input released even when the lease was lost meanwhile (a superseded task
+    whose call was in flight): it was paid for, so newer work reuses it; the caller raises `Applied.lost` after
+    the commit. `reused_from`: the provider whose earlier call made the asset; the `reused` event and ledger
+    row are written with the completion.
     """
     code = decide.Reason.REUSED if reused_from is not None else decide.Reason.SUCCEEDED
+    applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
+                    actor=actor)
+    if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
+        record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
+                     details={"sha256": asset.sha256})
+        ledger.record_reuse(conn, task, reused_from)
+    return applied
+
+
+def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str,
+            **how) -> tuple[TaskStatus, list[int]]:
+    """`succeed_in` in a transaction of its own; the task's status and the outbox rows it unblocked
+    (LeaseLost after the commit when the lease was lost)."""
     with conn.pipeline(), conn.transaction():
-        applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
-                        actor=actor)
-        if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
-            record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
-                         details={"sha256": asset.sha256})
-            ledger.record_reuse(conn, task, reused_from)
-        _with(conn, also)
-    _done(also)
+        applied = succeed_in(conn, task, asset, actor=actor, **how)
     if applied.lost is not None:
         raise applied.lost
     return applied.status, applied.unblocked()
 
 
-def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
-                 now: datetime, rng: random.Random | None = None, also: AlsoWrite | None = None) -> Outcome:
-    """Apply the retry policy to an attempt that raised `error`; what was decided (a cancel, if the
-    version was cancelled meanwhile). LeaseLost, having written nothing, when the lease was lost."""
+def fail_attempt_in(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
+                    now: datetime, rng: random.Random | None = None) -> Outcome:
+    """Apply the retry policy to an attempt that raised `error`, in the caller's transaction; what was decided
+    (a cancel, if the version was cancelled meanwhile). LeaseLost, having written nothing, when the lease was lost."""
     outcome = policy.after_failure(error, attempts=task.attempts, max_attempts=task.max_attempts, now=now,
                                    deadline=task.deadline_at, base=cfg.backoff_base_seconds,
                                    cap=cfg.backoff_cap_seconds, rng=rng or random.Random())
-    with conn.pipeline(), conn.transaction():
-        applied = apply(conn, Seen.held(task), outcome, actor=actor)
-        _with(conn, also)
-    _done(also)
+    applied = apply(conn, Seen.held(task), outcome, actor=actor)
     return outcome if applied.status is outcome.to else decide.cancelled()
 
 
-def cancel_running(conn: psycopg.Connection, task: Task, *, actor: str, also: AlsoWrite | None = None) -> None:
-    """The worker stops: its version was cancelled. LeaseLost, having written nothing, when the lease was lost."""
+def fail_attempt(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,
+                 now: datetime, rng: random.Random | None = None) -> Outcome:
+    """`fail_attempt_in` in a transaction of its own."""
     with conn.pipeline(), conn.transaction():
-        apply(conn, Seen.held(task), decide.cancelled(), actor=actor)
-        _with(conn, also)
-    _done(also)
+        return fail_attempt_in(conn, task, error, cfg, actor=actor, now=now, rng=rng)
+
+
+def cancel_running_in(conn: psycopg.Connection, task: Task, *, actor: str) -> None:
+    """The worker stops: its version was cancelled (in the caller's transaction). LeaseLost, having written nothing,
+    when the lease was lost."""
+    apply(conn, Seen.held(task), decide.cancelled(), actor=actor)
 
 
 def find_reusable(conn: psycopg.Connection, fingerprint: str) -> Asset | None:

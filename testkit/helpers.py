@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -12,7 +13,7 @@ from typing import Callable
 import redis
 from rq import Queue
 
-from pipeline import runtime, settings
+from pipeline import attempt, runtime, settings
 from pipeline.core.content import parse_draft
 from pipeline.core.errors import PipelineError
 from pipeline.db import connect
@@ -62,7 +63,10 @@ class ControlledExecutor:
     calls: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def execute(self, task: Task, ctx) -> Asset:
+    def provider_name(self, kind: str) -> str:
+        return kind
+
+    def execute(self, task: Task, call) -> Asset:
         with self._lock:
             self.calls.append(task.id)
             actions = self.script.get(task.id, [])
@@ -72,10 +76,34 @@ class ControlledExecutor:
         elif isinstance(action, BaseException):
             raise action
         elif callable(action):
-            action(task, ctx)
+            action(task, call)
         data = f"{task.kind}:{task.fingerprint}".encode()
         sha = self.store.put(data)
         return Asset(sha, "application/octet-stream", len(data))
+
+
+class _StoreUnread(runtime.Runtime):
+    """A worker that could not read its receipt store's identity: its claims name no store."""
+
+    receipt_store = None
+
+
+def claim(cfg: settings.Settings, task_id: int, *, worker: str = "w", receipt_store: str | None = "",
+          **changed) -> attempt.Attempt | None:
+    """Claim the task as a worker named `worker` does (`pipeline.attempt.claim`), with these settings changed
+    (lease_seconds=..., attempt_ceiling_seconds=...); the attempt (its `rt` is the worker's runtime) or None.
+    `receipt_store`: the store the claim names ("": the worker's own, None: none, as when it cannot be read).
+    One runtime (two connections) per database, worker and settings, however many claims a test makes."""
+    key = (cfg.database_url, worker, receipt_store, tuple(sorted(changed.items())))
+    rt = _claimers.get(key)
+    if rt is None:
+        make = _StoreUnread if receipt_store is None else runtime.Runtime
+        rt = _claimers[key] = make(dataclasses.replace(cfg, **changed), ControlledExecutor(MediaStore(cfg.media_dir)),
+                                   worker_id=worker, _receipt_store=receipt_store or None)
+    return attempt.claim(rt, task_id)
+
+
+_claimers: dict[tuple, runtime.Runtime] = {}
 
 
 def work_burst(rt: runtime.Runtime, queues=ALL_QUEUES) -> None:

@@ -4,10 +4,10 @@ from datetime import datetime, timezone
 import pytest
 import redis
 
-from pipeline import db, dispatch, leases, tasks, versions
+from pipeline import db, dispatch, tasks, versions
 from pipeline.core.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
 from pipeline.db import connect
-from testkit.helpers import draft, task_rows, wait_until, work_burst
+from testkit.helpers import claim, draft, task_rows, wait_until, work_burst
 
 
 def send_all(conn, cfg):
@@ -36,12 +36,11 @@ def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
     start = threading.Barrier(2)
 
-    def claim(name):
-        with connect(cfg.database_url, autocommit=True) as c:
-            start.wait()
-            return leases.claim(c, task_id, worker=name, lease_seconds=30)
+    def claim_as(name):
+        start.wait()
+        return claim(cfg, task_id, worker=name)
     results = []
-    threads = [threading.Thread(target=lambda n=n: results.append(claim(n))) for n in ("w1", "w2")]
+    threads = [threading.Thread(target=lambda n=n: results.append(claim_as(n))) for n in ("w1", "w2")]
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert sorted(r is None for r in results) == [False, True]
@@ -52,12 +51,13 @@ def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
 def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
     saved = versions.save(conn, draft(1), cfg, actor="a")
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
-    stale = leases.claim(conn, task_id, worker="w1", lease_seconds=0.5)
+    stale_attempt = claim(cfg, task_id, worker="w1", lease_seconds=0.5, heartbeat_seconds=0.1)
+    stale = stale_attempt.task
     # given the lease expires and the task is handed to a new holder (as the reconciler does)
     wait_until(lambda: conn.execute("SELECT lease_until < now() AS gone FROM tasks WHERE id = %s",
                                     (task_id,)).fetchone()["gone"])
     conn.execute("UPDATE tasks SET status = 'retry', lease_token = NULL, lease_until = NULL WHERE id = %s", (task_id,))
-    fresh = leases.claim(conn, task_id, worker="w2", lease_seconds=30)
+    fresh = claim(cfg, task_id, worker="w2").task
     assert fresh is not None and fresh.lease_token != stale.lease_token
     asset = tasks.Asset("a" * 64, "image/png", 1)
     # then every exit of the stale holder is refused and leaves the task alone
@@ -66,7 +66,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
     for error in (Transient("x"), Permanent("x"), Ambiguous("x")):
         with pytest.raises(LeaseLost):
             tasks.fail_attempt(conn, stale, error, cfg, actor="w1", now=datetime.now(timezone.utc))
-    assert not leases.heartbeat(conn, stale, 30).alive
+    assert stale_attempt.beat() and stale_attempt.lost
     row = db.one(conn, "tasks_get", {"task_id": task_id})
     assert (row["status"], str(row["lease_token"])) == ("running", str(fresh.lease_token))
     assert row["asset_sha256"] is None
@@ -214,13 +214,13 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
     # given: version 1's first image is being paid for
     saved = versions.save(conn, draft(2), cfg, actor="a")
     old_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
-    old = leases.claim(conn, old_id, worker="w1", lease_seconds=30)
+    old = claim(cfg, old_id, worker="w1").task
     assert tasks.take_input(conn, old, 30)
     # when: the same text is saved again (the old task is superseded mid-call) and its twin runs
     versions.save(conn, draft(2), cfg, actor="a", content_id=saved.content_id, base_version=1)
     twin_row = next(r for r in task_rows(cfg.database_url, saved.content_id)
                     if r["version"] == 2 and r["fingerprint"] == old.fingerprint)
-    twin = leases.claim(conn, twin_row["id"], worker="w2", lease_seconds=30)
+    twin = claim(cfg, twin_row["id"], worker="w2").task
     # then: the twin may not call, and waits without spending an attempt
     assert not tasks.take_input(conn, twin, 30)
     parked = tasks.wait_for_input(conn, twin, cfg, actor="w2", now=datetime.now(timezone.utc))
@@ -237,9 +237,9 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
 def test_the_heartbeat_lets_an_attempt_go_past_its_ceiling(conn, cfg):
     saved = versions.save(conn, draft(1), cfg, actor="a")
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
-    task = leases.claim(conn, task_id, worker="w", lease_seconds=30, attempt_seconds=0.5)
-    assert leases.heartbeat(conn, task, 30).alive
+    held = claim(cfg, task_id, attempt_ceiling_seconds=1)
+    assert held.beat() and not held.lost
     wait_until(lambda: conn.execute("SELECT attempt_ends_at < now() AS over FROM tasks WHERE id = %s",
                                     (task_id,)).fetchone()["over"], message="the attempt's ceiling passing")
     # the lease is no longer renewed: it runs out and the reconciler moves the task on
-    assert not leases.heartbeat(conn, task, 30).alive
+    assert held.beat() and held.lost

@@ -7,21 +7,21 @@ import uuid
 import pytest
 
 from pipeline.core.errors import Busy, SlotsBusy
-from pipeline.executor import Limits
+from pipeline.slots import SlotTable
 from pipeline.lanes import BULK, INTERACTIVE
 from testkit.helpers import make_settings
 
 
 def take(conn, limits, p, lane):
     with conn.transaction():
-        return limits.take(conn, "images:image", p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
+        return limits.hold(conn, "images:image", p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
 
 
 def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_the_rest(conn, database_url,
                                                                                         redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").image
     assert (p.reserved_slots, p.bulk_slots) == (1, 3)
-    limits = Limits()
+    limits = SlotTable()
     assert [take(conn, limits, p, BULK) for _ in range(3)] == [1, 2, 3]
     with pytest.raises(SlotsBusy, match="none of the 3 call slots the bulk lane may use is free to it"):
         take(conn, limits, p, BULK)
@@ -34,7 +34,7 @@ def test_interactive_calls_take_the_held_back_slots_first_and_leave_the_bulk_lan
                                                                                          redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4",
                       IMAGE_INTERACTIVE_SLOTS="2").image
-    limits = Limits()
+    limits = SlotTable()
     assert [take(conn, limits, p, INTERACTIVE) for _ in range(3)] == [4, 3, 2]
     assert take(conn, limits, p, BULK) == 1
     with pytest.raises(Busy):
@@ -43,5 +43,5 @@ def test_interactive_calls_take_the_held_back_slots_first_and_leave_the_bulk_lan
 
 def test_with_no_held_back_slot_the_bulk_lane_may_take_them_all(conn, database_url, redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="2", IMAGE_INTERACTIVE_SLOTS="0").image
-    limits = Limits()
+    limits = SlotTable()
     assert [take(conn, limits, p, BULK) for _ in range(2)] == [1, 2]

@@ -7,7 +7,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 
 from bin.worker import Worker
-from pipeline import dispatch, jobs, runtime, versions
+from pipeline import attempt, dispatch, runtime, versions
 from pipeline.db import connect
 from receipts.media import MediaStore
 from testkit.helpers import ControlledExecutor, draft, make_settings
@@ -15,8 +15,8 @@ from testkit.helpers import ControlledExecutor, draft, make_settings
 
 def test_the_job_limit_is_twice_the_ceiling_and_at_most_a_minute_more(database_url, redis_url, tmp_path):
     short = make_settings(database_url, redis_url, tmp_path, ATTEMPT_CEILING_SECONDS="1.5")
-    assert jobs.job_timeout(short) == 3
-    assert jobs.job_timeout(make_settings(database_url, redis_url, tmp_path)) == 240 + 60
+    assert attempt.job_timeout(short) == 3
+    assert attempt.job_timeout(make_settings(database_url, redis_url, tmp_path)) == 240 + 60
 
 
 def test_a_job_enqueued_without_a_limit_is_stopped_past_the_workers_attempt_ceiling(database_url, redis_url,

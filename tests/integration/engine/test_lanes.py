@@ -9,13 +9,13 @@ import redis
 from rq import Queue
 
 from bin.worker import Worker
-from pipeline import db, dispatch, leases, tasks, lanes, review, versions
+from pipeline import db, dispatch, tasks, lanes, review, versions
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from pipeline.runtime import Runtime
 from pipeline.tasks import Asset
-from testkit.helpers import draft, make_settings, task_rows, wait_until
+from testkit.helpers import claim, draft, make_settings, task_rows, wait_until
 
 DEPTH = {"image": 2, "tts": 2, "bundle": 2}
 
@@ -148,7 +148,7 @@ def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, c
     image, speech, bundle = task_rows(cfg.database_url, saved.content_id)
     send(conn, client)
     # a transient failure schedules the retry's message in the version's lane
-    task = leases.claim(conn, image["id"], worker="w", lease_seconds=30)
+    task = claim(cfg, image["id"]).task
     tasks.fail_attempt(conn, task, Transient("flaky"), cfg, actor="w", now=datetime.now(timezone.utc))
     assert conn.execute("SELECT lane FROM outbox WHERE task_id = %s AND sent_at IS NULL",
                         (image["id"],)).fetchone()["lane"] == "bulk"
@@ -164,7 +164,7 @@ def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, c
     for row in (image, speech):
         conn.execute("DELETE FROM outbox WHERE task_id = %s AND sent_at IS NULL", (row["id"],))
         conn.execute("UPDATE tasks SET status = 'ready', available_at = now() WHERE id = %s", (row["id"],))
-        claimed = leases.claim(conn, row["id"], worker="w", lease_seconds=30)
+        claimed = claim(cfg, row["id"]).task
         _, ids = tasks.succeed(conn, claimed, Asset("a" * 63 + str(row["id"] % 10), "image/png", 1), actor="w")
         unblocked += ids
     assert conn.execute("SELECT lane FROM outbox WHERE id = ANY(%s)", (unblocked,)).fetchone()["lane"] == "bulk"

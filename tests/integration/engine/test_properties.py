@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from pipeline import leases, tasks, versions
+from pipeline import tasks, versions
 from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
-from testkit.helpers import assert_pending_counts, draft, make_settings
+from testkit.helpers import assert_pending_counts, claim, draft, make_settings
 
 ERRORS = {"transient": Transient("t"), "permanent": Permanent("p"), "ambiguous": Ambiguous("a")}
 
@@ -25,6 +25,7 @@ def machine_for(conn, cfg):
             self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
             self.version = 1
             self.holders: list[tasks.Task] = []
+            self.attempts: dict = {}   # lease_token -> the holder's attempt (its heartbeat)
             self.calling: dict = {}   # lease_token -> (fingerprint, task id) of a call made and not yet answered
 
         def _task_ids(self, version=None):
@@ -38,11 +39,18 @@ def machine_for(conn, cfg):
         @rule(pick=st.integers(0, 100), call=st.booleans(), newest=st.booleans())
         def claim(self, pick, call, newest):
             ids = self._task_ids(self.version if newest else None)
-            task = leases.claim(conn, ids[pick % len(ids)], worker="w", lease_seconds=60)
+            task = self._claim(ids[pick % len(ids)], "w")
             if task:
-                self.holders.append(task)
                 if call:
                     self._call(task)
+
+        def _claim(self, task_id, worker):
+            attempt = claim(cfg, task_id, worker=worker, lease_seconds=60)
+            if attempt is None:
+                return None
+            self.holders.append(attempt.task)
+            self.attempts[attempt.task.lease_token] = attempt
+            return attempt.task
 
         def _call(self, holder):
             """The holder takes its input and calls the provider, if no other task holds that input."""
@@ -74,7 +82,9 @@ def machine_for(conn, cfg):
         def heartbeat(self, pick):
             if self.holders:
                 holder = self.holders[pick % len(self.holders)]
-                alive = leases.heartbeat(conn, holder, 60).alive
+                attempt = self.attempts[holder.lease_token]
+                assert attempt.beat()
+                alive = not attempt.lost
                 assert alive == (self._current_token(holder.id) == holder.lease_token)
 
         @rule()
@@ -88,9 +98,7 @@ def machine_for(conn, cfg):
                 return
             holder = self.holders[pick % len(self.holders)]
             self.leases_expire_and_the_reconciler_runs()
-            task = leases.claim(conn, holder.id, worker="w2", lease_seconds=60)
-            if task:
-                self.holders.append(task)
+            self._claim(holder.id, "w2")
 
         @rule(roll=st.integers(0, 3), same_text=st.booleans())
         def new_version(self, roll, same_text):

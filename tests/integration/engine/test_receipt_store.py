@@ -2,17 +2,18 @@
 
 import redis
 
-from pipeline import db, dispatch, leases, versions
+from pipeline import db, dispatch, versions
 from pipeline.reconcile import Reconciler
 from receipts.calls import ReceiptBook
-from testkit.helpers import draft, task_rows, wait_until, work_burst
+from testkit.helpers import claim, draft, task_rows, wait_until, work_burst
 
 
 def claimed_then_abandoned(conn, cfg, store_id):
     """A worker claims the image task, writes no receipt where we look, and is gone when its lease runs out."""
     saved = versions.save(conn, draft(1), cfg, actor="e")
     image = next(r for r in task_rows(cfg.database_url, saved.content_id) if r["kind"] == "image")
-    assert leases.claim(conn, image["id"], worker="machine-a:1", lease_seconds=0.2, receipt_store=store_id)
+    assert claim(cfg, image["id"], worker="machine-a:1", receipt_store=store_id, lease_seconds=0.2,
+                 heartbeat_seconds=0.1)
     wait_until(lambda: conn.execute("SELECT lease_until < now() AS gone FROM tasks WHERE id = %s",
                                     (image["id"],)).fetchone()["gone"])
     return image["id"]

@@ -8,7 +8,8 @@ import pytest
 from pipeline import db, pauses, versions
 from pipeline.db import connect
 from pipeline.core.errors import SlotsBusy
-from pipeline.executor import Limits, build_providers
+from pipeline.executor import build_providers
+from pipeline.slots import SlotTable
 from pipeline.reconcile import Reconciler
 from pipeline.lanes import BULK, INTERACTIVE
 from testkit.helpers import draft, make_settings
@@ -96,11 +97,11 @@ def test_bulk_waiters_are_woken_only_for_slots_the_bulk_lane_may_hold_and_not_wh
 
 def test_the_bulk_lane_takes_no_slot_while_interactive_work_of_its_kind_waits_for_one(conn, cfg, database_url,
                                                                                       redis_url, tmp_path):
-    p, limits = image_settings(database_url, redis_url, tmp_path), Limits()
+    p, limits = image_settings(database_url, redis_url, tmp_path), SlotTable()
 
     def take(lane):
         with conn.transaction():
-            return limits.take(conn, PROVIDER, p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
+            return limits.hold(conn, PROVIDER, p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
 
     editor = waiting_for_a_slot(conn, cfg, 1, INTERACTIVE)
     with pytest.raises(SlotsBusy, match="bulk lane"):

@@ -1,0 +1,352 @@
+"""One attempt of one task, from its RQ message to its written outcome: `run_task(task_id)`, the RQ job.
+
+The attempt reads top to bottom here (docs/architecture.md, "An attempt"): `claim` takes the task under a
+new lease in one transaction, with the hold on its input's one paid call and what its call needs
+(`pipeline.slots.take`); the attempt then reuses the asset its input already has, or parks behind the
+task that holds the input, or checks its lease and hands the work to the process's executor
+(`pipeline.executor`); `_finish` writes the outcome (`pipeline.tasks`) with what the call owes
+(`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its lease, what the
+claim found and the call it took. A message carries only the task id: a duplicate or early message
+claims nothing and returns. The job's return value carries no business state.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, TypeVar
+
+import psycopg
+from rq import get_current_job
+
+from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tasks
+from pipeline.core import policy
+from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Refused, Transient
+from pipeline.core.records import Asset, Task
+from pipeline.core.states import TaskKind, TaskStatus, check_transition
+from pipeline.log import log
+from pipeline.settings import Settings
+
+T = TypeVar("T")
+RECONNECT_SECONDS = 30.0   # how long a write waits for PostgreSQL to come back after its connection broke
+
+
+@dataclass(frozen=True)
+class Lease:
+    alive: bool                 # False: the lease is gone (superseded, expired and taken, cancelled)
+    cancel_requested: bool
+    seconds_left: float | None = None   # the lease's time left, when only looked at
+
+
+class Attempt:
+    """One attempt of one task: the task under its lease, what the claim found (the asset its input already has,
+    whether it holds the input's one paid call, why the call may not be made now) and the call it took.
+
+    While the work runs, the process's heartbeat thread (`runtime.Heartbeats`) renews the lease; `check()` says,
+    right before a paid call, whether the attempt may go on."""
+
+    def __init__(self, rt: runtime.Runtime, task: Task, *, reusable: Asset | None = None,
+                 holds_input: bool = False, refused: Exception | None = None) -> None:
+        self.rt, self.task = rt, task
+        self.reusable, self.holds_input, self.refused = reusable, holds_input, refused
+        self.call: slots.Call | None = None      # what the call took and owes; None until taken
+        self.settled = False                     # what the call owes was written
+        self.woken: list[int] = []               # outbox rows of the slot waiters its release woke
+        self.lost = self.cancel_requested = self._told = False
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "Attempt":
+        self.rt.heartbeats.watch(self, self.rt.settings.heartbeat_seconds)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.rt.heartbeats.forget(self)
+
+    # the lease
+
+    def beat(self) -> bool:
+        """Extend the lease, and the hold on the task's input while its call runs (even once the lease is lost: a
+        call already made stays the only one for its input until its result is stored). False when PostgreSQL
+        could not be asked."""
+        with self._lock:
+            try:
+                conn = self.rt.conn("lease")
+                with conn.transaction():
+                    row = db.one(conn, "tasks_heartbeat", {"task_id": self.task.id, "lease_token": self.task.lease_token,
+                                                           "lease_seconds": self.rt.settings.lease_seconds})
+                    if self.task.kind != TaskKind.BUNDLE:
+                        db.execute(conn, "input_calls_renew", {"fingerprint": self.task.fingerprint,
+                                                               "lease_token": self.task.lease_token,
+                                                               "hold_seconds": self.rt.settings.lease_seconds})
+            except psycopg.OperationalError as exc:
+                self._unreachable("heartbeat_failed", exc)
+                return False
+        self.lost = self.lost or row is None
+        self.cancel_requested = bool(row and row["cancel_requested"])
+        return True
+
+    def tick(self) -> None:
+        """One heartbeat. Beats go on after the lease is lost: a call in flight keeps its input held until it ends."""
+        self.beat()
+        if self.lost and not self._told:
+            log("lease_lost", task_id=self.task.id, attempt=self.task.attempts, lease_token=self.task.lease_token)
+            self._told = True
+
+    def look(self) -> Lease | None:
+        """The lease as it stands, read only (None: PostgreSQL could not be asked)."""
+        with self._lock:
+            try:
+                row = db.one(self.rt.conn("lease"), "tasks_lease_look", {"task_id": self.task.id,
+                                                                         "lease_token": self.task.lease_token})
+            except psycopg.OperationalError as exc:
+                self._unreachable("lease_check_failed", exc)
+                return None
+        return Lease(alive=row is not None, cancel_requested=bool(row and row["cancel_requested"]),
+                     seconds_left=row["seconds_left"] if row else None)
+
+    def check(self) -> None:
+        """Raise Transient (the lease cannot be confirmed), LeaseLost or Cancelled when the attempt must stop.
+        A read of the lease, renewed only when it is no fresher than a heartbeat would leave it."""
+        seen, cfg = self.look(), self.rt.settings
+        confirmed = seen is not None
+        if seen is not None and seen.alive and seen.seconds_left < cfg.lease_seconds - cfg.heartbeat_seconds:
+            confirmed = self.beat()
+        elif seen is not None:
+            self.lost = self.lost or not seen.alive
+            self.cancel_requested = seen.cancel_requested
+        if not confirmed:
+            raise Transient(f"task {self.task.id}: cannot confirm the lease; not calling the provider")
+        if self.lost:
+            raise LeaseLost(f"task {self.task.id}: lease {self.task.lease_token} is no longer held")
+        if self.cancel_requested:
+            raise Cancelled(f"task {self.task.id}: its version was cancelled")
+
+    def _unreachable(self, event: str, exc: Exception) -> None:
+        self.rt.drop("lease")
+        log(event, task_id=self.task.id, attempt=self.task.attempts, lease_token=self.task.lease_token,
+            error=exc.__class__.__name__)
+
+    # the call
+
+    def take_call(self, conn: psycopg.Connection) -> None:
+        """Take what the call needs (`slots.take`) in the caller's transaction; SlotsBusy, Busy or BudgetReached:
+        nothing was taken."""
+        self.call = slots.take(conn, self.rt.settings, self.rt.slot_table, self.task,
+                               self.rt.executor.provider_name(self.task.kind))
+
+    def settle_in(self, conn: psycopg.Connection) -> None:
+        """What the call owes, in the transaction that writes the attempt's outcome."""
+        if self.call is not None:
+            self.woken = slots.settle(conn, self.task, self.call)
+
+    def settle_alone(self) -> None:
+        """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
+        if self.settled or self.call is None or not self.call.owes():
+            return
+        try:
+            conn = self.rt.conn()
+            with conn.transaction():
+                self.settle_in(conn)
+            self.settled = True
+        except psycopg.Error as exc:   # the slot frees itself at held_until; the receipts keep the call
+            log("settlement_failed", task_id=self.task.id, error=exc.__class__.__name__,
+                ledger=self.call.ledger is not None)
+
+
+def job_timeout(settings: Settings) -> int:
+    """RQ's limit on one job: twice the attempt ceiling, at most a minute more than it."""
+    ceiling = settings.attempt_ceiling_seconds
+    return math.ceil(ceiling + min(ceiling, 60.0))
+
+
+def _written(rt: runtime.Runtime, write: Callable[[psycopg.Connection], T]) -> T:
+    """`write` on the kept connection; when PostgreSQL restarted under it, again on a new one.
+
+    A restart during a long provider call breaks the kept connection: the completion then waits
+    (up to RECONNECT_SECONDS) for a new one instead of leaving the task to the lease's expiry
+    and the next reconcile run. Every write here is fenced, so doing it again is safe.
+    """
+    deadline = time.monotonic() + RECONNECT_SECONDS
+    while True:
+        try:
+            return write(rt.conn())
+        except psycopg.OperationalError:
+            rt.drop()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
+def claim(rt: runtime.Runtime, task_id: int, job_id: str | None = None) -> Attempt | None:
+    """Take the task for one attempt, or None when it is not runnable now (nothing is changed then): workers,
+    tests and benchmarks all claim so."""
+    return _written(rt, lambda conn: _claim_once(rt, conn, task_id, job_id))
+
+
+def _claim_once(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
+    """The claim in one transaction and, in pipeline mode, one round trip: the move to `running` under a new lease,
+    the hold on the input's one paid call (`input_calls_take`), a look at the input's stored asset after that take
+    and the provider's earlier refusal of it (the three name the task by the new lease, so they do nothing unless
+    the claim did); then, for a task that holds its input, what its call needs."""
+    cfg, token = rt.settings, uuid.uuid4()
+    check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
+    check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
+    with conn.pipeline(), conn.transaction():   # BEGIN goes with the claim, COMMIT with the last statement
+        claimed = db.execute(conn, "tasks_claim", {
+            "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
+            "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds,
+            "receipt_store": rt.receipt_store})
+        took = db.execute(conn, "input_calls_take", {"task_id": task_id, "lease_token": token,
+                                                     "hold_seconds": cfg.lease_seconds})
+        look = db.execute(conn, "asset_inputs_find_of_task", {"task_id": task_id})
+        refusal = db.execute(conn, "refused_inputs_of_task", {"task_id": task_id})
+        row, holder, stored, refused = claimed.fetchone(), took.fetchone(), look.fetchone(), refusal.fetchone()
+        if row is None:
+            return None
+        task = Task.from_row(row)
+        attempt = Attempt(rt, task, reusable=Asset.from_row(stored) if stored else None,
+                          holds_input=holder is not None and holder["task_id"] == task.id)
+        if refused is not None and attempt.reusable is None:   # the same prompt was refused: not sent again unasked
+            attempt.refused = Refused(f"the provider refused this same prompt before (task {refused['task_id']}): "
+                                      f"{refused['message']}; edit the block, or retry the task to send it again")
+        elif attempt.reusable is None and attempt.holds_input:   # a bundle holds no input
+            try:
+                attempt.take_call(conn)
+            except (Busy, BudgetReached) as exc:   # nothing was taken; the claim stands and fails below
+                attempt.refused = exc
+        return attempt
+
+
+def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Connection], T]) -> T:
+    """Write the attempt's outcome (`write`, a function of `pipeline.tasks` in the caller's transaction) and what
+    its call owes, in one transaction; again on a new connection when PostgreSQL restarted."""
+    def once(conn: psycopg.Connection) -> T:
+        with conn.pipeline(), conn.transaction():
+            result = write(conn)
+            attempt.settle_in(conn)
+        attempt.settled = True
+        return result
+    return _written(rt, once)
+
+
+def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tuple[str, list[int]]:
+    applied = _finish(rt, attempt, lambda conn: tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id,
+                                                                **how))
+    if applied.lost is not None:
+        raise applied.lost
+    return applied.status.value, applied.unblocked()
+
+
+def _reuse(rt: runtime.Runtime, attempt: Attempt, asset: Asset | None = None) -> tuple[str, list[int]] | None:
+    asset = asset or tasks.find_reusable(rt.conn(), attempt.task.fingerprint)
+    if asset is None:
+        return None
+    return _succeed(rt, attempt, asset, reason="reused", details={"reused_sha256": asset.sha256},
+                    reused_from=rt.executor.provider_name(attempt.task.kind))
+
+
+def _hold_input(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]] | None:
+    """Become the one task that pays for this input, or reuse what its holder made, or wait for it.
+
+    None: this task holds the input and may call. Otherwise the task's status after reusing or parking.
+    """
+    task = attempt.task
+    for _ in range(3):  # the holder may finish between our steps; each loop sees a newer state
+        parked = tasks.wait_for_input(rt.conn(), task, rt.settings, actor=rt.worker_id,
+                                      now=datetime.now(timezone.utc))
+        if parked is not None:
+            return parked.to.value, []
+        reused = _reuse(rt, attempt)
+        if reused:
+            return reused
+        if tasks.take_input(rt.conn(), task, rt.settings.lease_seconds):
+            return _reuse(rt, attempt)   # the asset may have been stored just before we took the input
+    raise Transient(f"task {task.id}: the hold on its input kept changing hands; trying again later")
+
+
+def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset:
+    """Take what the call needs if the claim did not (the input was taken after it), check the lease right before
+    paying, and have the executor do the work; the call's booking is given back when the error proves it unpaid."""
+    task = attempt.task
+    if task.kind == TaskKind.BUNDLE:   # local work: no call, nothing to take
+        return rt.executor.execute(task, slots.Call())
+    if attempt.call is None:
+        try:
+            conn = rt.conn()
+            with conn.transaction():
+                attempt.take_call(conn)
+        except psycopg.Error as exc:
+            raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
+    try:
+        attempt.check()
+        if slots.batched(rt.settings, task):   # no call now: the line goes into a Batch API job
+            if not batches.enlist(rt.conn(), rt.settings, storage.receipt_book(rt.settings), task, attempt.call):
+                raise LeaseLost(f"task {task.id}: lease {task.lease_token} was lost before its line was enlisted")
+            return None
+        return rt.executor.execute(task, attempt.call)
+    except Exception as exc:
+        attempt.call.unpaid = policy.unpaid(exc)
+        raise
+
+
+def _run(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]]:
+    task = attempt.task
+    if attempt.reusable is not None:
+        return _reuse(rt, attempt, attempt.reusable)
+    try:
+        if attempt.refused is not None:
+            raise attempt.refused
+        settled = _hold_input(rt, attempt) if task.kind != TaskKind.BUNDLE and not attempt.holds_input else None
+        if settled:
+            return settled
+        asset = _call(rt, attempt)
+        if asset is None:
+            return "batched", []
+    except Cancelled:
+        _finish(rt, attempt, lambda conn: tasks.cancel_running_in(conn, task, actor=rt.worker_id))
+        return "cancelled", []
+    except LeaseLost:
+        tasks.release_input(rt.conn(), task)     # raised before any call: nothing is in flight
+        raise
+    except Exception as exc:  # noqa: BLE001 - every other error is classified by the retry policy
+        outcome = _finish(rt, attempt, lambda conn: tasks.fail_attempt_in(
+            conn, task, exc, rt.settings, actor=rt.worker_id, now=datetime.now(timezone.utc)))
+        log("attempt_failed", task_id=task.id, attempt=task.attempts, lease_token=task.lease_token,
+            error=exc.__class__.__name__, status=outcome.to.value)
+        return outcome.to.value, []
+    return _succeed(rt, attempt, asset)
+
+
+def run_task(task_id: int) -> str:
+    rt = runtime.current()
+    job = get_current_job()
+    job_id = job.id if job else None
+    attempt = claim(rt, task_id, job_id)
+    if attempt is None:
+        if pauses.hold_if_paused(rt.conn(), task_id):   # sent again when the lane resumes
+            log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="lane paused")
+            return "held"
+        failed = tasks.fail_past_deadline(rt.conn(), [task_id], actor=rt.worker_id, by="worker",
+                                          last_error=tasks.DEADLINE_BEFORE_CLAIM)
+        log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
+        return "failed" if failed else "skipped"
+    task = attempt.task
+    fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,
+              "attempt": task.attempts, "lease_token": task.lease_token, "rq_job_id": job_id}
+    log("job_start", **fields)
+    try:
+        with attempt:
+            status, unblocked = _run(rt, attempt)
+    except LeaseLost as exc:
+        log("lease_lost_nothing_written", **fields, error=str(exc))
+        return "lease_lost"
+    finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
+        attempt.settle_alone()
+    # the tasks this one unblocked, and those its freed call slot woke, go to their queues now
+    dispatch.send_now(rt.conn(), rt.redis, unblocked + attempt.woken, claim_seconds=rt.settings.dispatch_claim_seconds)
+    log("job_end", **fields, status=status)
+    return status

@@ -1,0 +1,120 @@
+"""What a paid call needs before it is made and owes after: a provider slot, a rate token, a booking.
+
+`take` holds all three for an attempt's call in the caller's transaction (the claim's), or raises
+SlotsBusy, Busy or BudgetReached having taken nothing; what it took is the attempt's `Call`. `settle`
+writes what the call owes (its ledger row, its booking settled to the reported cost) and frees its
+slot, waking the tasks that waited for one, in the transaction that writes the attempt's outcome.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import psycopg
+
+from pipeline import db, ledger, spend
+from pipeline.core.errors import Busy, SlotsBusy
+from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import Task
+from pipeline.lanes import BULK, INTERACTIVE
+from pipeline.settings import ProviderSettings, Settings
+
+
+@dataclass
+class Call:
+    """One attempt's paid call: the slot it holds, its booking, and its ledger row once it was made."""
+
+    provider: str | None = None          # the slot's name (`slots_of`), None when no slot is held
+    slot: int | None = None
+    holder: uuid.UUID | None = None      # the attempt's lease token
+    bulk_slots: int = 0                  # of the provider's slots, how many the bulk lane may hold (for the wake)
+    booking: spend.Booking | None = None
+    replay: bool = False                 # the provider answers this key with its first result: no new charge
+    ledger: dict | None = None           # the call's ledger row, once the call was made
+    unpaid: bool = False                 # the attempt ended in an error that proves the call cost nothing
+
+    def owes(self) -> bool:
+        return self.ledger is not None or self.slot is not None or (self.unpaid and self.booking is not None)
+
+
+def slots_of(provider_name: str, kind: str) -> str:
+    """The name a provider's call slots go by for one task kind (`provider_slots.provider`)."""
+    return f"{provider_name}:{kind}"
+
+
+def batched(cfg: Settings, task: Task) -> bool:
+    """Whether the task's call goes into a Batch API job (IMAGE_BULK_BACKEND=batch, a bulk-lane image)."""
+    return cfg.image_bulk_backend == "batch" and task.kind == "image" and task.lane == BULK
+
+
+@dataclass
+class SlotTable:
+    """Provider call slots and per-minute rate, shared through PostgreSQL by every worker (one per process)."""
+
+    slot_wait_seconds: float = 60.0              # SLOT_WAIT_SECONDS: the timer of a wait for a slot
+    _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
+
+    def hold(self, conn: psycopg.Connection, provider: str, p: ProviderSettings, book, *, kind: str,
+             holder: uuid.UUID, lane: str = INTERACTIVE) -> tuple[int, spend.Booking | None]:
+        """Hold one call slot for `holder`, count one call in this minute's window and `book` its cost, all or
+        nothing, in the caller's transaction. The bulk lane may hold only `p.bulk_slots` of the slots, and none
+        while interactive work of its `kind` waits for one.
+
+        Raises SlotsBusy (the task waits until a slot frees and wakes it), Busy (the rate reached: it waits
+        for the next minute) or BudgetReached; then nothing is held or booked. A booking that can fail runs
+        in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
+        """
+        if (provider, p.max_concurrency) not in self._ensured:
+            db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
+            self._ensured.add((provider, p.max_concurrency))
+        with conn.transaction() if p.cost_per_call > 0 or p.priced_by == "table" else nullcontext():
+            usable = p.bulk_slots if lane == BULK else p.max_concurrency
+            row = db.one(conn, "provider_slot_and_rate_take", {
+                "provider": provider, "max": usable, "top_first": lane != BULK, "holder": holder, "kind": kind,
+                "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
+            if row["slot"] is not None:
+                return row["slot"], book(conn)
+        if not row["slot_free"]:
+            self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
+            which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
+                     else f"all {usable} call slots are in use")
+            raise SlotsBusy(f"{provider}: {which}", retry_after=self.slot_wait_seconds)
+        raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
+                   retry_after=float(row["seconds_left"]))
+
+
+def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, provider: str) -> Call:
+    """Take what the task's call needs, in the caller's transaction: a slot, a rate token and its booking; for a
+    batch line only its booking (the batch price). SlotsBusy, Busy or BudgetReached: nothing was taken."""
+    p: ProviderSettings = getattr(cfg, task.kind)
+    if batched(cfg, task):
+        with conn.transaction():   # a savepoint: a refused booking leaves the claim intact
+            return Call(booking=spend.book(conn, provider, task.content_id, p, cfg.content_budget,
+                                           cfg.budget_recheck_seconds,
+                                           cost=spend.estimate(p, task.kind, task.input, batch=True)))
+    replay = p.honours_idempotency_key and ledger.key_charged(conn, idempotency_key(task.fingerprint, task.id))
+    cost = spend.estimate(p, task.kind, task.input)
+    name = slots_of(provider, task.kind)
+    slot, booking = table.hold(conn, name, p, lambda c: None if replay else spend.book(
+        c, provider, task.content_id, p, cfg.content_budget, cfg.budget_recheck_seconds, cost=cost),
+        kind=task.kind, holder=task.lease_token, lane=task.lane)
+    return Call(name, slot, task.lease_token, p.bulk_slots, booking, replay)
+
+
+def settle(conn: psycopg.Connection, task: Task, call: Call) -> list[int]:
+    """Write the call's ledger row, settle its booking to the reported cost (or give it back when the call
+    provably cost nothing), and free its slot, in the caller's transaction; the outbox rows of the slot waiters
+    the release woke."""
+    if call.ledger is not None:
+        ledger.record_call(conn, task, **call.ledger)
+    if call.booking is not None and call.unpaid:
+        spend.refund_in(conn, call.booking)
+    elif call.booking is not None and call.ledger is not None and call.ledger.get("reported_cost") is not None:
+        spend.settle(conn, call.booking, call.ledger["reported_cost"])
+    if call.slot is None:
+        return []
+    db.execute(conn, "provider_slots_release", {"provider": call.provider, "slot": call.slot, "holder": call.holder})
+    return [r["outbox_id"] for r in db.all(conn, "provider_slots_wake", {
+        "kind": task.kind, "provider": call.provider, "bulk_slots": call.bulk_slots})]
