@@ -7,7 +7,7 @@ starts the processes; this class only changes what a worker does before its firs
 
 * It is RQ's `SimpleWorker`: the job runs in the worker process itself, so the kept
   PostgreSQL connections and provider sessions serve job after job (a forking worker opens
-  them again in every work horse: about 4x the CPU per task, docs/performance.md section 1).
+  them again in every work horse: about 4x the CPU per task, docs/performance.md, "Which worker class").
 * The job's modules are imported here, at module level. `rq worker-pool` imports the worker
   class before it forks its workers, so they start with everything imported (and share those
   pages), instead of importing it all in their first job.

@@ -1,7 +1,7 @@
 """The docs name only what exists: every `package.module.name`, `path/file.py` and `path/file.py:name`
 they cite in backticks is in the tree.
 
-CHANGELOG.md keeps old names on purpose; docs/performance.md's dated sections name the code of the
+CHANGELOG.md keeps old names on purpose; docs/performance.md's figures name the code of the
 commit each measured (CHANGELOG.md maps them to today's).
 """
 
