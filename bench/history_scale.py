@@ -126,7 +126,7 @@ def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
     ids = [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind <> 'bundle' "
                                          "ORDER BY id", (saved.content_id,))]
     out = []
-    rt = runtime.Runtime(cfg, runtime.default_executor(cfg), worker_id="bench")
+    rt = runtime.with_providers(cfg, worker_id="bench")
     for task_id in ids:
         started = time.perf_counter()
         task = attempt.claim(rt, task_id).task

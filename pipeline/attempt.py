@@ -55,7 +55,7 @@ class Attempt:
         self.reusable, self.holds_input, self.refused = reusable, holds_input, refused
         self.call: slots.Call | None = None      # what the call took and owes; None until taken
         self.settled = False                     # what the call owes was written
-        self.woken: list[int] = []               # outbox rows of the slot waiters its release woke
+        self._wake: psycopg.Cursor | None = None   # the wake of the slot waiters its release lets run
         self.lost = self.cancel_requested = self._told = False
         self._lock = threading.Lock()
 
@@ -141,7 +141,11 @@ class Attempt:
     def settle_in(self, conn: psycopg.Connection) -> None:
         """What the call owes, in the transaction that writes the attempt's outcome."""
         if self.call is not None:
-            self.woken = slots.settle(conn, self.task, self.call)
+            self._wake = slots.settle(conn, self.task, self.call)
+
+    def woken(self) -> list[int]:
+        """The outbox rows of the slot waiters its release woke; read once the settling transaction ended."""
+        return [] if self._wake is None else [row["outbox_id"] for row in self._wake.fetchall()]
 
     def settle_alone(self) -> None:
         """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
@@ -347,6 +351,6 @@ def run_task(task_id: int) -> str:
     finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
         attempt.settle_alone()
     # the tasks this one unblocked, and those its freed call slot woke, go to their queues now
-    dispatch.send_now(rt.conn(), rt.redis, unblocked + attempt.woken, claim_seconds=rt.settings.dispatch_claim_seconds)
+    dispatch.send_now(rt.conn(), rt.redis, unblocked + attempt.woken(), claim_seconds=rt.settings.dispatch_claim_seconds)
     log("job_end", **fields, status=status)
     return status

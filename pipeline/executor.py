@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, servers, spend, storage
+from pipeline import bundle, spend, storage
 from pipeline.core import policy
 from pipeline.core.errors import ConfigError, PipelineError, ProviderError, Transient
 from pipeline.core.fingerprint import idempotency_key
@@ -97,17 +97,8 @@ class ProviderExecutor:
         self.cfg, self.providers, self.store, self.book, self.conn = cfg, providers, store, book, conn
 
     @classmethod
-    def from_settings(cls, cfg: Settings, conn: Callable[[], psycopg.Connection] | None = None) -> "ProviderExecutor":
-        """`conn`: the connection to book and settle on (a worker's Runtime gives its own, fork-safe one);
-        None: one of the executor's own, for a process without a Runtime (the reconciler's lookups)."""
-        if conn is None:
-            kept: dict = {}
-
-            def conn() -> psycopg.Connection:
-                current = kept.get("c")
-                if current is None or current.closed or current.broken:
-                    current = kept["c"] = servers.connect(cfg)
-                return current
+    def from_settings(cls, cfg: Settings, conn: Callable[[], psycopg.Connection]) -> "ProviderExecutor":
+        """`conn`: the kept connection the bundle is read on (its Runtime's, fork-safe)."""
         return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn)
 
     def execute(self, task: Task, call: Call) -> Asset:

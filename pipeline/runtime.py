@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import psycopg
 import redis
@@ -169,20 +169,20 @@ _inherited: list = []   # connections a parent opened before forking this proces
 _lock = threading.Lock()
 
 
-def default_executor(settings: Settings, conn: Callable[[], psycopg.Connection] | None = None) -> Executor:
-    """The provider executor; `conn`: the connection it books and settles on (a Runtime's own, so that a
-    worker process holds two connections in all: this one and the heartbeat's)."""
+def with_providers(settings: Settings, worker_id: str | None = None) -> Runtime:
+    """A runtime whose executor calls the configured providers, on the runtime's own kept connection (so a worker
+    process holds two connections in all: this one and the heartbeat's)."""
     from pipeline.executor import ProviderExecutor
-    return ProviderExecutor.from_settings(settings, conn)
+    rt = Runtime(settings, None, **({"worker_id": worker_id} if worker_id else {}))
+    rt.executor = ProviderExecutor.from_settings(settings, rt.conn)
+    return rt
 
 
 def current() -> Runtime:
     global _current
     with _lock:
         if _current is None:
-            settings = load()
-            _current = Runtime(settings, None)
-            _current.executor = default_executor(settings, _current.conn)
+            _current = with_providers(load())
         return _current
 
 

@@ -103,10 +103,10 @@ def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, 
     return Call(name, slot, task.lease_token, p.bulk_slots, booking, replay)
 
 
-def settle(conn: psycopg.Connection, task: Task, call: Call) -> list[int]:
+def settle(conn: psycopg.Connection, task: Task, call: Call) -> psycopg.Cursor | None:
     """Write the call's ledger row, settle its booking to the reported cost (or give it back when the call
-    provably cost nothing), and free its slot, in the caller's transaction; the outbox rows of the slot waiters
-    the release woke."""
+    provably cost nothing), and free its slot, in the caller's transaction. The wake of the slot waiters the
+    release lets run travels with the COMMIT: its cursor (their outbox rows) is read once the transaction ended."""
     if call.ledger is not None:
         ledger.record_call(conn, task, **call.ledger)
     if call.booking is not None and call.unpaid:
@@ -114,7 +114,7 @@ def settle(conn: psycopg.Connection, task: Task, call: Call) -> list[int]:
     elif call.booking is not None and call.ledger is not None and call.ledger.get("reported_cost") is not None:
         spend.settle(conn, call.booking, call.ledger["reported_cost"])
     if call.slot is None:
-        return []
+        return None
     db.execute(conn, "provider_slots_release", {"provider": call.provider, "slot": call.slot, "holder": call.holder})
-    return [r["outbox_id"] for r in db.all(conn, "provider_slots_wake", {
-        "kind": task.kind, "provider": call.provider, "bulk_slots": call.bulk_slots})]
+    return db.execute(conn, "provider_slots_wake", {"kind": task.kind, "provider": call.provider,
+                                                     "bulk_slots": call.bulk_slots})

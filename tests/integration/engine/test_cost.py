@@ -4,7 +4,6 @@ receipts are still written before and after the call."""
 
 from pipeline import dispatch, runtime, versions
 from pipeline.db import connect
-from pipeline.executor import ProviderExecutor
 from pipeline.storage import receipt_book
 from testkit.helpers import draft, make_settings, work_burst
 
@@ -21,7 +20,7 @@ def test_a_media_task_costs_at_most_three_write_transactions_and_keeps_its_recei
     # given a saved lesson, its runnable tasks sent, the real executor with the local providers, and a lease
     # long enough that no heartbeat falls due while a task runs
     cfg = make_settings(database_url, redis_url, tmp_path / "media", LEASE_SECONDS="60", HEARTBEAT_SECONDS="15")
-    rt = runtime.Runtime(cfg, ProviderExecutor.from_settings(cfg), worker_id="w")
+    rt = runtime.with_providers(cfg, worker_id="w")
     with connect(database_url, autocommit=True) as conn:
         saved = versions.save(conn, draft(BLOCKS), cfg, actor="editor")
         dispatch.send_now(conn, rt.redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import demo, runtime
-from pipeline.executor import ProviderExecutor, build_providers
+from pipeline.executor import build_providers
 from testkit.helpers import wait_until
 from testkit.webapp import Api, Work, make_app
 
@@ -78,7 +78,7 @@ def test_demo_jobs_are_404_outside_demo_mode(database_url, redis_url, media_dir,
 def real_work(app):
     """The local image and speech providers, run in this process."""
     cfg = app.config["SETTINGS"]
-    rt = runtime.Runtime(cfg, ProviderExecutor.from_settings(cfg), worker_id="demo-worker")
+    rt = runtime.with_providers(cfg, worker_id="demo-worker")
     yield Work(cfg, None, rt)
     runtime.install(None)
 
