@@ -2,7 +2,7 @@
 """Two checkouts of this repository side by side, in lockstep: what one media task costs the engine itself.
 
 Each checkout runs in a process of its own, on its own PostgreSQL and Valkey, and does tasks through its
-real job (`pipeline.attempt.run_task`) and executor with an instant in-process provider (bench/instant_worker.py),
+real job (`pipeline.dispatch.JOB_FUNC`, `pipeline.attempt.run_task` today) and executor with an instant in-process provider (bench/instant_worker.py),
 called directly: RQ's own loop, the same for both, is left out. The two take turns, one batch each, the
 order alternating from round to round, so both meet the same machine; the result is each one's median wall
 time and CPU per task and the median (and quartiles) of the per-round ratios, after / before. This machine's
@@ -15,6 +15,7 @@ measured together like this.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -36,7 +37,9 @@ def serve(root: Path, tasks: int) -> None:
         os.environ.update(stack.env())
         from bench.instant_worker import install_engine_runtime
         install_engine_runtime(None)
-        from pipeline import attempt, versions
+        from pipeline import dispatch, versions
+        module, _, name = dispatch.JOB_FUNC.rpartition(".")   # the checkout's own job, whatever its module
+        run_task = getattr(importlib.import_module(module), name)
         cfg = stack.settings()
         with stack.db() as conn, quiet_logs(stack.logs / "driver.log"):
             for i in range(-(-tasks // (2 * BLOCKS))):   # media tasks only: two per block
@@ -51,7 +54,7 @@ def serve(root: Path, tasks: int) -> None:
                 batch = [next(ids) for _ in range(int(line))]
                 cpu, wall = time.process_time(), time.perf_counter()
                 for task_id in batch:
-                    status = attempt.run_task(task_id)
+                    status = run_task(task_id)
                     if status != "succeeded":
                         raise SystemExit(f"task {task_id} ended {status}: the comparison would be unfair")
                 print(json.dumps({"cpu": (time.process_time() - cpu) / len(batch),

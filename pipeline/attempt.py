@@ -351,6 +351,8 @@ def run_task(task_id: int) -> str:
     finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
         attempt.settle_alone()
     # the tasks this one unblocked, and those its freed call slot woke, go to their queues now
-    dispatch.send_now(rt.conn(), rt.redis, unblocked + attempt.woken(), claim_seconds=rt.settings.dispatch_claim_seconds)
+    ready = unblocked + attempt.woken()
+    if ready:
+        dispatch.send_now(rt.conn(), rt.redis, ready, claim_seconds=rt.settings.dispatch_claim_seconds)
     log("job_end", **fields, status=status)
     return status

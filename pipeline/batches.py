@@ -40,7 +40,7 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, ledger, spend, tasks
+from pipeline import db, spend, tasks
 from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
@@ -97,7 +97,7 @@ class LineSettlement:
         booking = None if line["booked_provider"] is None else spend.Booking(
             line["booked_provider"], line["booked_day"], float(line["estimate"]), line["content_id"])
         if self.ledger_row is not None:
-            ledger.record_call(conn, _task(line), **self.ledger_row)
+            spend.record_call(conn, _task(line), **self.ledger_row)
         if booking is not None:
             if self.outcome == "succeeded":
                 if self.reported is not None:

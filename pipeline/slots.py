@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from pipeline import db, ledger, spend
+from pipeline import db, spend
 from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
@@ -94,7 +94,7 @@ def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, 
             return Call(booking=spend.book(conn, provider, task.content_id, p, cfg.content_budget,
                                            cfg.budget_recheck_seconds,
                                            cost=spend.estimate(p, task.kind, task.input, batch=True)))
-    replay = p.honours_idempotency_key and ledger.key_charged(conn, idempotency_key(task.fingerprint, task.id))
+    replay = p.honours_idempotency_key and spend.key_charged(conn, idempotency_key(task.fingerprint, task.id))
     cost = spend.estimate(p, task.kind, task.input)
     name = slots_of(provider, task.kind)
     slot, booking = table.hold(conn, name, p, lambda c: None if replay else spend.book(
@@ -108,7 +108,7 @@ def settle(conn: psycopg.Connection, task: Task, call: Call) -> psycopg.Cursor |
     provably cost nothing), and free its slot, in the caller's transaction. The wake of the slot waiters the
     release lets run travels with the COMMIT: its cursor (their outbox rows) is read once the transaction ended."""
     if call.ledger is not None:
-        ledger.record_call(conn, task, **call.ledger)
+        spend.record_call(conn, task, **call.ledger)
     if call.booking is not None and call.unpaid:
         spend.refund_in(conn, call.booking)
     elif call.booking is not None and call.ledger is not None and call.ledger.get("reported_cost") is not None:

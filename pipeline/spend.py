@@ -6,7 +6,9 @@ refund of a booking whose call provably cost nothing. A booking is one guarded U
 per limit (`spend.sql`): racing workers queue on the row and the limit is re-checked
 on the row they get, so no race passes a limit by even one call. A call that would
 pass a limit is not made: `BudgetReached` parks its task without spending an attempt.
-It also reads the spend back for people (`report`).
+The call ledger (provider_calls, ledger.sql) is here too: one row per provider call, reuse or replay, with
+its cost (`record_call`, written with the attempt's outcome), and whether a key was already charged
+(`key_charged`). It also reads the spend back for people (`report`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from dataclasses import dataclass
 from datetime import date, datetime, timezone
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pipeline import db
 from pipeline.core import prices
 from pipeline.core.errors import BudgetReached
+from pipeline.core.records import Task
 from pipeline.settings import ProviderSettings, Settings
 
 
@@ -92,6 +96,31 @@ def refund_in(conn: psycopg.Connection, booking: Booking) -> None:
     """`refund` in the caller's transaction."""
     db.execute(conn, "spend_days_refund", {"provider": booking.provider, "day": booking.day, "cost": booking.cost})
     db.execute(conn, "content_spend_refund", {"content_id": booking.content_id, "cost": booking.cost})
+
+
+def record_call(conn: psycopg.Connection, task: Task, *, provider: str, model: str, idempotency_key: str,
+                outcome: str, http_status: int | None, latency_ms: int | None, cost: float,
+                estimated_cost: float | None = None, reported_cost: float | None = None,
+                list_cost: float | None = None, usage: dict | None = None, batch_id: int | None = None) -> None:
+    """One row of the call ledger for the task's current attempt: `cost` counts as spent (the reported figure
+    where the provider gave one, else the estimate); a batch line names its batch and its synchronous price."""
+    db.execute(conn, "provider_calls_insert", {
+        "task_id": task.id, "attempt": task.attempts, "provider": provider, "model": model,
+        "idempotency_key": idempotency_key, "outcome": outcome, "http_status": http_status,
+        "latency_ms": latency_ms, "cost": cost, "accepted_by": None, "estimated_cost": estimated_cost,
+        "reported_cost": reported_cost, "list_cost": list_cost, "usage": Jsonb(usage) if usage else None,
+        "batch_id": batch_id})
+
+
+def record_reuse(conn: psycopg.Connection, task: Task, provider: str) -> None:
+    """The attempt paid nothing: an identical input's asset, made by `provider`, was reused."""
+    record_call(conn, task, provider=provider, model=task.input.get("model", task.kind), idempotency_key="-",
+                outcome="reused", http_status=None, latency_ms=0, cost=0)
+
+
+def key_charged(conn: psycopg.Connection, idempotency_key: str) -> bool:
+    """Whether an earlier call with this idempotency key may have been charged (an Ambiguous answer with a cost)."""
+    return bool(db.scalar(conn, "provider_calls_key_charged", {"idempotency_key": idempotency_key}))
 
 
 def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = None) -> dict:

@@ -23,7 +23,7 @@ from datetime import datetime
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, events, ledger
+from pipeline import db, events, spend
 from pipeline.core import outcome as decide
 from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
@@ -260,7 +260,7 @@ def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str
     if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
         record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
                      details={"sha256": asset.sha256})
-        ledger.record_reuse(conn, task, reused_from)
+        spend.record_reuse(conn, task, reused_from)
     return applied
 
 
