@@ -63,6 +63,11 @@ def signed_url(sha256: str, expires: int, content_id: int, version: int) -> str:
                    signature=_mac(sha256, content_id, version, expires))
 
 
+def media_url(sha256: str | None) -> str | None:
+    """A plain link to a medium, for the signed-in readers of drafts (the API's documents); None without one."""
+    return url_for("media.get", sha256=sha256) if sha256 else None
+
+
 def _signed_link_age() -> int | None:
     """Seconds the request's signed link stays valid; None without one; 403 for a bad or expired link, 410 for
     a link whose version is no longer the approved one (withdrawn, or a newer version approved)."""
