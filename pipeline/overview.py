@@ -55,6 +55,17 @@ def content(conn: psycopg.Connection, content_id: int) -> dict:
             "blocks": current["blocks"] if current else [], "versions": versions}
 
 
+def approved_version(conn: psycopg.Connection, content_id: int) -> int | None:
+    """The version a content delivers now: None while none is approved, and for a content that does not exist."""
+    row = db.one(conn, "contents_get", {"content_id": content_id})
+    return None if row is None else row["approved_version"]
+
+
+def asset(conn: psycopg.Connection, sha256: str) -> dict | None:
+    """A stored medium's index row (`media_type`, `size`, ...), or None for a file the assets index does not hold."""
+    return db.one(conn, "assets_get", {"sha256": sha256})
+
+
 def _task_doc(row: dict, events: list[dict]) -> dict:
     return {"id": row["id"], "kind": row["kind"], "block": row["block_key"], "status": row["status"],
             "terminal": row["status"] in TERMINAL_NAMES,

@@ -2,7 +2,7 @@
 
 An address that failed LIMIT times within WINDOW_SECONDS waits until its window ends; a sign-in from it is
 not even checked meanwhile. API keys are 32 random bytes, so the throttle is about noise and logs, not about
-guessing; the web logs every failure with the address (web/ui.py).
+guessing; the web logs every failure with the address (web/auth.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """The Flask app: editors' UI and JSON API. Views parse input, call `pipeline`, render.
 
+One module per area holds that area's JSON API (the `api` blueprint, under /api) and its pages (the `ui`
+blueprint) side by side: contents, review, tasks, attention, spend; auth signs people in and out, i18n
+switches their language and time zone. media, health, metrics and openapi answer programs and monitors.
+What the pages of several areas share is in web.pages, what their new work shares in web.work.
+`create_app` registers every blueprint itself.
+
 `create_app(test_config=None)` builds an app from `pipeline.settings.load()`;
 tests pass a mapping of environment-style overrides instead. There is no default
 secret: without a SECRET_KEY of at least 32 characters the app refuses to start.
@@ -12,7 +18,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Mapping
 
-from flask import Flask
+from flask import Blueprint, Flask
 from flask.json.provider import DefaultJSONProvider
 
 from pipeline import settings as settings_mod
@@ -46,9 +52,8 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     app = Flask(__name__)
     app.json = JSONProvider(app)
     app.config["SETTINGS"] = cfg
-    from web import api, db, errors, health, i18n, inputs, media, metrics, openapi, present, requestid, security
-    from web import sessions, ui
-    from web import api_review, api_tasks, spend, ui_actions, ui_review  # noqa: F401 - their views join the api and ui blueprints
+    from web import attention, auth, contents, db, errors, health, i18n, inputs, media, metrics, openapi, pages
+    from web import present, requestid, review, security, sessions, spend, tasks
     requestid.init_app(app, cfg.trusted_proxies)   # first, so even a refused request has its id
     security.init_app(app, cfg.trusted_proxies)
     sessions.init_app(app)
@@ -59,6 +64,15 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     i18n.init_app(app)
     app.register_blueprint(health.bp)
     health.init_app(app)
-    for blueprint in (api.bp, media.bp, metrics.bp, openapi.bp, ui.bp):
+    api = Blueprint("api", __name__, url_prefix="/api")   # for programs: a key on every call (web.auth.require)
+    ui = Blueprint("ui", __name__)                        # for people: a signed-in session, CSRF on every post
+    ui.before_request(pages.guard)
+    ui.app_context_processor(pages.template_globals)
+    for area in (contents, review, tasks, attention, spend):
+        api.register_blueprint(area.api)
+        ui.register_blueprint(area.ui)
+    ui.register_blueprint(auth.ui)
+    ui.register_blueprint(i18n.ui)
+    for blueprint in (api, media.bp, metrics.bp, openapi.bp, ui):
         app.register_blueprint(blueprint)
     return app

@@ -1,11 +1,13 @@
-"""Who is calling, and may they: API keys for /api/, a server-side session for the UI, CSRF for forms.
+"""Who is calling, and may they: API keys for /api/, a server-side session for the UI, CSRF for forms,
+and the sign-in and sign-out pages.
 
 API calls carry `X-API-Key`: 401 when it is missing, unknown or revoked; 403 when the
 key's role lacks the permission (pipeline.keys.PERMISSIONS). The UI signs in once with
 a key; the session lives in the database (web.sessions) and its cookie holds only a
 random token, so sign-out, revocation and the session timeouts end it for good. Every
 UI form carries the session's CSRF token (before sign-in, one bound to a cookie nonce);
-a POST without the right one is refused with 400.
+a POST without the right one is refused with 400. Failed sign-ins are throttled by
+address (pipeline.signins).
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ import secrets
 from functools import wraps
 from typing import Callable
 
-from flask import abort, g, request
+from flask import Blueprint, abort, g, make_response, redirect, render_template, request, url_for
+from flask_babel import gettext
 
-from pipeline import keys
+from pipeline import keys, signins
 from pipeline.keys import Principal
-from web import sessions
+from pipeline.log import log
+from web import i18n, sessions
 from web.db import get_conn, settings
 from web.errors import Problem
+from web.inputs import safe_next
 from web.security import direct_loopback
 
 HEADER = "X-API-Key"
+ui = Blueprint("auth", __name__)
 
 
 def _forbidden(principal: Principal, permission: str) -> Problem:
@@ -78,14 +84,6 @@ def require(permission: str, *, demo_without_key: bool = False) -> Callable:
 
 # -- UI session -------------------------------------------------------------------------------
 
-def sign_in(principal: Principal) -> None:
-    sessions.start(principal)
-
-
-def sign_out() -> None:
-    sessions.end()
-
-
 def session_principal() -> Principal | None:
     """The key of this request's live UI session, or None (no cookie, ended, expired, key revoked)."""
     return sessions.current().principal
@@ -108,3 +106,42 @@ def check_csrf() -> None:
     expected = sess.get("csrf", "") if sess.principal else sessions.signin_csrf(create=False)
     if not expected or not hmac.compare_digest(str(sent).encode(), str(expected).encode()):
         abort(400, description="the form's security token is missing or stale; reload the page and try again")
+
+
+# -- sign-in pages ----------------------------------------------------------------------------
+
+@ui.get("/signin")
+def signin():
+    return render_template("signin.html", next=request.args.get("next", ""))
+
+
+@ui.post("/signin")
+def signin_post():
+    address = request.remote_addr or ""
+    wait = signins.throttled(get_conn(), address)
+    if wait:
+        log("signin_throttled", address=address)
+        response = make_response(render_template("signin.html", error=gettext(
+            "Too many failed sign-ins from your address; try again in a few minutes."),
+            next=request.form.get("next", "")), 429)
+        response.headers["Retry-After"] = str(wait)
+        return response
+    principal = keys.authenticate(get_conn(), request.form.get("api_key", "").strip())
+    if principal is None or not principal.may("read"):
+        signins.failed(get_conn(), address)
+        log("signin_failed", address=address, reason="unknown key" if principal is None else "role without read")
+        error = (gettext("That key is unknown or revoked.") if principal is None else
+                 gettext("That key may only fetch deliveries through the API; sign in with an editor, reviewer or "
+                         "admin key."))
+        return render_template("signin.html", error=error, next=request.form.get("next", "")), 401
+    log("signin", address=address, owner=principal.owner, key_id=principal.key_id)
+    signins.sweep(get_conn())
+    sessions.start(principal)
+    i18n.remember(request.form)
+    return redirect(safe_next(request.form.get("next")), code=303)
+
+
+@ui.post("/signout")
+def signout():
+    sessions.end()
+    return redirect(url_for("ui.auth.signin"), code=303)

@@ -26,12 +26,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import psycopg
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
-from flask import Flask, request
+from flask import Blueprint, Flask, redirect, request
 from flask_babel import Babel, get_locale
 
 from pipeline.core.errors import ConfigError, InvalidInput
 from web import sessions
 from web.errors import is_api
+from web.inputs import safe_next
 
 TRANSLATIONS = Path(__file__).resolve().parent / "translations"
 # Locale ids as Babel spells them, with the name each language has in itself.
@@ -41,6 +42,7 @@ DEFAULT_LANGUAGE = "en"
 COMMON_ZONES = ("Asia/Shanghai", "Asia/Hong_Kong", "Asia/Taipei", "Asia/Singapore", "Asia/Tokyo",
                 "Europe/London", "Europe/Berlin", "America/New_York", "America/Los_Angeles", "UTC")
 MAX_ZONE = 64
+ui = Blueprint("i18n", __name__)   # the header switch
 
 
 def language_of(tag: str | None) -> str | None:
@@ -115,6 +117,13 @@ def change(form) -> None:
         sess["lang"] = language_of(lang)
     if zone:
         sess["tz"] = zone_of(zone)
+
+
+@ui.post("/preferences")
+def preferences():
+    """The header switch: a new language and/or time zone (`change`), then back to the page it was on."""
+    change(request.form)
+    return redirect(safe_next(request.form.get("next")), code=303)
 
 
 def _write_atomically(path: Path, write) -> None:

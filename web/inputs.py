@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flask import Flask, request
+from flask import Flask, request, url_for
 from werkzeug.routing import BaseConverter
 
 from pipeline.core.errors import InvalidInput
@@ -181,3 +181,11 @@ def search_query() -> str | None:
         raise InvalidInput(f"q is {len(query)} characters; the limit is {MAX_QUERY}", field="q")
     check_storable(query, "q")
     return query or None
+
+
+def safe_next(target: str | None) -> str:
+    """Where a form sends the browser next: a local path it named, else the contents list. Only local paths: an
+    open redirect would let a link send a signed-in editor anywhere."""
+    if target and target.startswith("/") and not target.startswith("//"):
+        return target
+    return url_for("ui.contents.index")

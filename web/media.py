@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, Response, abort, redirect, request, send_file, url_for
 
-from pipeline import db, storage
+from pipeline import overview, storage
 from pipeline.core.content import download_name as content_download_name
 from pipeline.core.records import content_disposition, extension
 from web.auth import HEADER, api_principal, session_principal
@@ -63,6 +63,11 @@ def signed_url(sha256: str, expires: int, content_id: int, version: int) -> str:
                    signature=_mac(sha256, content_id, version, expires))
 
 
+def media_url(sha256: str | None) -> str | None:
+    """A plain link to a medium, for the signed-in readers of drafts (the API's documents); None without one."""
+    return url_for("media.get", sha256=sha256) if sha256 else None
+
+
 def _signed_link_age() -> int | None:
     """Seconds the request's signed link stays valid; None without one; 403 for a bad or expired link, 410 for
     a link whose version is no longer the approved one (withdrawn, or a newer version approved)."""
@@ -83,8 +88,7 @@ def _signed_link_age() -> int | None:
     if left <= 0:
         raise Problem(403, "link_expired", "this media link has expired; fetch the delivery manifest again for "
                                            "fresh links")
-    content = db.one(get_conn(), "contents_get", {"content_id": content_id})
-    if content is None or content["approved_version"] != version:
+    if overview.approved_version(get_conn(), content_id) != version:
         raise Problem(410, "link_withdrawn", f"this link was issued for version {version} of content {content_id}, "
                                              "which is no longer the approved version; fetch the delivery manifest "
                                              "again")
@@ -107,7 +111,7 @@ def get(sha256: str) -> Response:
     left = _signed_link_age()
     if left is None:
         _may_read()
-    asset = db.one(get_conn(), "assets_get", {"sha256": sha256})
+    asset = overview.asset(get_conn(), sha256)
     if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")
     cache = PRIVATE if left is None else delivery_cache(left)

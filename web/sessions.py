@@ -26,11 +26,10 @@ import secrets
 
 from flask import Flask, g, request, session
 from flask.sessions import SessionInterface, SessionMixin
-from psycopg.types.json import Jsonb
 from werkzeug.datastructures import CallbackDict
 from werkzeug.wrappers import Response
 
-from pipeline import db
+from pipeline import sessions as session_rows
 from pipeline.keys import Principal
 from web.db import get_conn, settings
 
@@ -76,7 +75,7 @@ class SessionStore(SessionInterface):
             response.set_cookie(cookie_name(NAME), sess.new_token, max_age=int(settings().session_max_seconds),
                                 path="/", secure=secure, httponly=True, samesite="Lax")
         if sess.token_hash and sess.modified and not sess.ended:
-            db.execute(get_conn(), "web_sessions_save", {"token_hash": sess.token_hash, "data": Jsonb(dict(sess))})
+            session_rows.save(get_conn(), sess.token_hash, dict(sess))
         nonce = g.get("new_signin_nonce")
         if nonce:
             response.set_cookie(cookie_name(SIGNIN_NAME), nonce, max_age=int(settings().session_max_seconds),
@@ -91,8 +90,7 @@ def current() -> ServerSession:
     if not sess.loaded:
         sess.loaded = True
         if sess.token:
-            row = db.one(get_conn(), "web_sessions_touch", {"token_hash": _hash(sess.token),
-                                                            "idle_seconds": settings().session_idle_seconds})
+            row = session_rows.touch(get_conn(), settings(), _hash(sess.token))
             if row is not None:
                 dict.update(sess, row["data"])  # loading is not a change
                 sess.token_hash = _hash(sess.token)
@@ -103,17 +101,9 @@ def current() -> ServerSession:
 def start(principal: Principal) -> None:
     """Sign `principal` in with a new session (a session started before it, if any, ends)."""
     sess = current()
-    cfg = settings()
-    conn = get_conn()
     token = secrets.token_urlsafe(32)
     csrf = secrets.token_urlsafe(32)
-    with conn.transaction():
-        if sess.token_hash:
-            db.execute(conn, "web_sessions_delete", {"token_hash": sess.token_hash})
-        db.execute(conn, "web_sessions_sweep", {"idle_seconds": cfg.session_idle_seconds})
-        db.execute(conn, "web_sessions_insert", {"token_hash": _hash(token), "key_id": principal.key_id,
-                                                 "data": Jsonb({"csrf": csrf}),
-                                                 "max_seconds": cfg.session_max_seconds})
+    session_rows.start(get_conn(), settings(), _hash(token), principal.key_id, {"csrf": csrf}, replaces=sess.token_hash)
     dict.clear(sess)
     dict.update(sess, {"csrf": csrf})
     sess.token, sess.token_hash, sess.principal, sess.new_token = token, _hash(token), principal, token
@@ -124,7 +114,7 @@ def end() -> None:
     """Sign out: the row goes, so this cookie (or a copy of it) opens nothing any more."""
     sess = current()
     if sess.token_hash:
-        db.execute(get_conn(), "web_sessions_delete", {"token_hash": sess.token_hash})
+        session_rows.end(get_conn(), sess.token_hash)
     dict.clear(sess)
     sess.token_hash, sess.principal, sess.ended = None, None, True
 

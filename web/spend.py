@@ -8,30 +8,31 @@ consented to it. Reading needs the `read` permission, like the rest of the board
 
 from __future__ import annotations
 
-from flask import jsonify, render_template
+from flask import Blueprint, jsonify, render_template
 
 from pipeline import overview, spend
 from web import inputs
-from web.api import bp as api_bp
 from web.auth import require
 from web.db import get_conn, settings
-from web.ui import bp as ui_bp
+
+api = Blueprint("spend", __name__)   # under /api
+ui = Blueprint("spend", __name__)
 
 
-@api_bp.get("/spend")
+@api.get("/spend")
 @require("read")
 def spend_today():
     return jsonify(spend.report(get_conn(), settings()))
 
 
-@api_bp.get("/contents/<id:content_id>/spend")
+@api.get("/contents/<id:content_id>/spend")
 @require("read")
 def spend_of_content(content_id: int):
     overview.content(get_conn(), content_id)   # NotFound for an unknown content
     return jsonify(spend.report(get_conn(), settings(), content_id))
 
 
-@ui_bp.get("/spend")
+@ui.get("/spend")
 def spend_page():
     content_id = inputs.arg_int("content", None, low=1, what="a content id")
     if content_id is not None:

@@ -2,7 +2,8 @@
 
 Each floor imports only the floors below it: `providers/` and `receipts/` (the ground floor)
 nothing of ours; `pipeline/core/` nothing that does I/O and no pipeline module outside it;
-`web/` asks `pipeline/`, never `receipts/`; `bin/` and `bench/` never reach into `tests/`.
+`web/` asks `pipeline/`, never `receipts/`, and runs no query itself; `bin/` and `bench/` never reach into
+`tests/`.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def test_the_web_asks_the_pipeline_for_receipts_and_media():
     for path in files("web"):
         direct = sorted(m for m in imports_of(path) if m.split(".")[0] in ("receipts", "providers"))
         assert not direct, f"{path.relative_to(ROOT)} imports {direct[0]}: web/ asks pipeline/"
+
+
+def test_the_web_runs_no_query_itself():
+    for path in files("web"):
+        direct = sorted(m for m in imports_of(path) if m == "pipeline.db" or m.startswith("pipeline.db."))
+        assert not direct, f"{path.relative_to(ROOT)} imports {direct[0]}: queries live in pipeline/, asked by name"
 
 
 @pytest.mark.parametrize("folder", ["bin", "bench", "testkit"])
