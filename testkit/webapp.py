@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import redis
@@ -139,10 +138,11 @@ def work(app, media_dir):
 
 
 def api_and_work(database_url: str, redis_url: str, media_dir: Path, tokens: dict[str, str],
-                 executor: Callable[[object], object] | None = None, **env: str) -> tuple[Api, Work]:
-    """An app with these settings, its API client, and in-process work by `executor(settings)` (a scripted
-    ControlledExecutor by default): for a test that needs settings of its own."""
+                 providers: bool = False, **env: str) -> tuple[Api, Work]:
+    """An app with these settings, its API client, and in-process work by a scripted ControlledExecutor, or
+    (`providers`) by the configured providers as a worker runs them: for a test that needs settings of its own."""
     app = make_app(database_url, redis_url, media_dir, **env)
     cfg = app.config["SETTINGS"]
-    made = executor(cfg) if executor else ControlledExecutor(MediaStore(media_dir))
-    return Api(app.test_client(), tokens), Work(cfg, made, runtime.Runtime(cfg, made, worker_id="w"))
+    rt = runtime.with_providers(cfg, worker_id="w") if providers else runtime.Runtime(
+        cfg, ControlledExecutor(MediaStore(media_dir)), worker_id="w")
+    return Api(app.test_client(), tokens), Work(cfg, rt.executor, rt)

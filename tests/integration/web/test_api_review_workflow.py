@@ -148,9 +148,8 @@ def test_a_regeneration_over_capacity_is_503_and_writes_nothing(database_url, re
 def test_a_regenerated_call_books_against_the_budget_and_pauses_when_it_would_pass_it(
         database_url, redis_url, tmp_path, tokens, conn):
     # given: real local providers; an image costs 1 and a content may spend 2
-    from pipeline.executor import ProviderExecutor
     api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, IMAGE_COST_PER_CALL="1",
-                             CONTENT_BUDGET="2", executor=ProviderExecutor.from_settings)
+                             CONTENT_BUDGET="2", providers=True)
     created = api.create(1)
     work.until_idle()
     body = {"accept_new_charge": True, "reason": "again"}
