@@ -158,7 +158,8 @@ def dispatch_main(argv: list[str]) -> int:
     parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
     args = parser.parse_args(argv)
     cfg = _settings()
-    from pipeline import dispatch, lanes
+    from pipeline import dispatch
+    from pipeline.core import lanes
     conn_redis = servers.redis_client(cfg)
     depth = lanes.bulk_depths(cfg)
     try:
@@ -326,6 +327,6 @@ def workers_main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    from pipeline import lanes
+    from pipeline.core import lanes
     print(lanes.interactive_workers(cfg, args.kind) if args.interactive else lanes.workers(cfg, args.kind))
     return 0

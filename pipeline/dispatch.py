@@ -7,7 +7,7 @@ rows to be claimed again after the claim lease: a duplicate message, which the
 task claim turns into a no-op. For the same reason neither commit waits for its
 WAL flush: a claim or a mark lost in a crash only means a message sent again. Due times live in the outbox, never in RQ.
 
-Each row goes to its kind's queue in its lane (pipeline/lanes.py). Interactive rows
+Each row goes to its kind's queue in its lane (pipeline/core/lanes.py). Interactive rows
 are sent as soon as they are due, also by the fast path after a commit. Bulk rows
 are sent only by `send_bulk`: it keeps at most `bulk_depth` messages waiting in each
 bulk queue and fills the free places one turn per content, least recently served
@@ -28,7 +28,7 @@ from rq.serializers import JSONSerializer
 
 from pipeline import db
 from pipeline.core.states import KINDS
-from pipeline.lanes import BULK, INTERACTIVE, bulk_depths, queue_name
+from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name
 from pipeline.log import log
 from pipeline.settings import Settings
 

@@ -20,7 +20,7 @@ from rq import Queue
 from rq.registry import StartedJobRegistry
 
 from pipeline import db
-from pipeline.lanes import ALL_QUEUES
+from pipeline.core.lanes import ALL_QUEUES
 
 JOB_ID = re.compile(r"^task-(\d+)-\d+$")
 LIMIT = 10_000

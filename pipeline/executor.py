@@ -33,7 +33,7 @@ from providers.base import GenerateRequest, Provider, Result
 from providers.errors import ProviderConfigError
 from providers.registry import ProviderConfig, build_provider
 from receipts.calls import Intent, ReceiptBook, now
-from receipts.calls import Outcome as ResultReceipt
+from receipts.calls import ResultReceipt
 from receipts.media import MediaStore
 
 PROVIDER_KIND = {"image": "image", "tts": "audio"}

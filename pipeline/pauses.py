@@ -15,7 +15,7 @@ import psycopg
 
 from pipeline import db
 from pipeline.core.errors import Conflict
-from pipeline.lanes import BULK
+from pipeline.core.lanes import BULK
 from pipeline.log import log
 
 

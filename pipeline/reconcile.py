@@ -31,7 +31,7 @@ from pipeline.executor import keep_result
 from pipeline.slots import slots_of
 from pipeline.log import log
 from pipeline.settings import Settings
-from providers.base import Found, NotFound, Provider
+from providers.base import Found, NoRecord, Provider
 
 
 ACTOR = "reconciler"   # its role in the transition table, and the actor its events name
@@ -85,7 +85,7 @@ class Reconciler:
             log("lookup_failed", task_id=row["id"], attempt=row["attempts"], lease_token=row["lease_token"],
                 error=exc.__class__.__name__)
             return recovery.NO_ANSWER, None
-        if isinstance(answer, NotFound):
+        if isinstance(answer, NoRecord):
             return recovery.NOT_FOUND, None
         if not isinstance(answer, Found):
             return recovery.UNSUPPORTED, None

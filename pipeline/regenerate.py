@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pipeline import db, events, lanes, versions
+from pipeline import db, events, versions
+from pipeline.core import lanes
 from pipeline.core.content import Draft, block_from_snapshot, with_regeneration
 from pipeline.core.errors import Conflict, NotFound
 from pipeline.core.states import MEDIA_KINDS

@@ -15,7 +15,8 @@ from datetime import datetime
 
 import psycopg
 
-from pipeline import bundle, db, events, lanes, tasks, versions
+from pipeline import bundle, db, events, tasks, versions
+from pipeline.core import lanes
 from pipeline.core.delivery import ApprovalBlocker, approval_blockers, delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.core.states import TaskStatus, check_transition

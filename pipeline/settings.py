@@ -135,7 +135,7 @@ class Settings:
     recovery_scan_seconds: float = 5.0     # the dispatcher's scans of expired leases and lost messages; 0: off
     slot_wait_seconds: float = 60.0        # a wait for a call slot that nothing woke ends after this long
     reconcile_slot_seconds: int = 60       # `bin/reconcile --slot`: one run per slot of this length, on any machine
-    # worker pools and lanes (pipeline/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
+    # worker pools and lanes (pipeline/core/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
     image_workers: int | None = None       # the Procfile's worker-image pool (both lanes); None: the provider's
     tts_workers: int | None = None         # concurrency less its interactive slots (worker-tts likewise)
     bundle_workers: int = 1                # the worker-bundle pool

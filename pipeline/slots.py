@@ -18,7 +18,7 @@ from pipeline import db, spend
 from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
-from pipeline.lanes import BULK, INTERACTIVE
+from pipeline.core.lanes import BULK, INTERACTIVE
 from pipeline.settings import ProviderSettings, Settings
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, dispatch, keyspend, tasks, lanes
+from pipeline import db, dispatch, keyspend, tasks
+from pipeline.core import lanes
 from pipeline.core.board import FINISHED, version_status
 from pipeline.core.content import Draft, ProviderInfo, carry_regenerations, check_speakable, plan_tasks, stamped
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
@@ -69,7 +70,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     """Create a content item (content_id None) or its next version on top of `base_version`.
 
     `key_id`: the API key saving (0 for the demo door); its own limits apply (KeyLimitReached).
-    `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/lanes.py.
+    `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/core/lanes.py.
     `send_at_once`: the caller sends the runnable tasks' messages right after this returns
     (dispatch.send_now), so the save claims them as it writes them (`Saved.outbox_ids` is then a
     dispatch.ClaimedMessages); without a send they wait for the dispatcher until the claim runs out.

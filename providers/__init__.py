@@ -9,6 +9,6 @@ Transient, Ambiguous, Busy); `registry.build_provider` picks an adapter from a
 `web` or `bin`) and know nothing of tasks or databases.
 """
 
-from .base import KINDS, Found, GenerateRequest, LookupAnswer, NotFound, Provider, Result, Unsupported
+from .base import KINDS, Found, GenerateRequest, LookupAnswer, NoRecord, Provider, Result, Unsupported
 
-__all__ = ["KINDS", "Found", "GenerateRequest", "LookupAnswer", "NotFound", "Provider", "Result", "Unsupported"]
+__all__ = ["KINDS", "Found", "GenerateRequest", "LookupAnswer", "NoRecord", "Provider", "Result", "Unsupported"]

@@ -63,7 +63,7 @@ class Found:
 
 
 @dataclass(frozen=True)
-class NotFound:
+class NoRecord:
     """Lookup answer: the provider has no record of this key (it never executed it)."""
 
 
@@ -72,7 +72,7 @@ class Unsupported:
     """Lookup answer: this provider cannot be asked what happened to a key."""
 
 
-LookupAnswer = Found | NotFound | Unsupported
+LookupAnswer = Found | NoRecord | Unsupported
 
 
 @runtime_checkable

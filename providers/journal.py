@@ -4,7 +4,7 @@ This module owns two small on-disk stores that let the offline providers act
 like a real paid provider:
 
 * `Journal`: one file per idempotency key holding the result of the first
-  execution, so `lookup(key)` can answer Found/NotFound and a repeated
+  execution, so `lookup(key)` can answer Found/NoRecord and a repeated
   `generate` with a known key replays the result instead of working again.
 * `FaultPlan`: faults armed by one process (the web app in demo mode) and
   consumed, each exactly once, by the next `generate` in any process (an rq
@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import Found, GenerateRequest, LookupAnswer, NotFound, Result
+from .base import Found, GenerateRequest, LookupAnswer, NoRecord, Result
 from .errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
@@ -282,7 +282,7 @@ class LocalState:
 
     def lookup(self, idempotency_key: str) -> LookupAnswer:
         entry = self.journal.get(idempotency_key)
-        return NotFound() if entry is None else Found(entry[0])
+        return NoRecord() if entry is None else Found(entry[0])
 
 
 class LocalProvider:

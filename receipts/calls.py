@@ -33,7 +33,7 @@ class Intent:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ResultReceipt:
     task_id: int
     attempt: int
     lease_token: str
@@ -77,14 +77,14 @@ class ReceiptBook:
     def write_intent(self, intent: Intent) -> None:
         self.objects.put(self._key(intent.task_id, intent.attempt, "intent"), json.dumps(asdict(intent)).encode())
 
-    def write_result(self, outcome: Outcome) -> None:
+    def write_result(self, outcome: ResultReceipt) -> None:
         self.objects.put(self._key(outcome.task_id, outcome.attempt, "result"), json.dumps(asdict(outcome)).encode())
 
     def intent(self, task_id: int, attempt: int) -> Intent | None:
         return self._read(self._key(task_id, attempt, "intent"), Intent)
 
-    def result(self, task_id: int, attempt: int) -> Outcome | None:
-        return self._read(self._key(task_id, attempt, "result"), Outcome)
+    def result(self, task_id: int, attempt: int) -> ResultReceipt | None:
+        return self._read(self._key(task_id, attempt, "result"), ResultReceipt)
 
     def _read(self, key: str, kind):
         data = self.objects.get(key)

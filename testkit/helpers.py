@@ -17,7 +17,7 @@ from pipeline import attempt, runtime, settings
 from pipeline.core.content import parse_draft
 from pipeline.core.errors import PipelineError
 from pipeline.db import connect
-from pipeline.lanes import ALL_QUEUES
+from pipeline.core.lanes import ALL_QUEUES
 from pipeline.tasks import Asset, Task
 from receipts.media import MediaStore
 

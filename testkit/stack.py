@@ -21,7 +21,8 @@ from pathlib import Path
 import redis
 import requests
 
-from pipeline import keys, lanes, settings as settings_mod
+from pipeline import keys, settings as settings_mod
+from pipeline.core import lanes
 from pipeline.core.states import KINDS
 from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer

@@ -19,7 +19,7 @@ import requests
 
 from pipeline import settings as settings_mod
 from pipeline.db import connect
-from pipeline.lanes import worker_queues
+from pipeline.core.lanes import worker_queues
 from testkit.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

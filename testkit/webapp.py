@@ -14,7 +14,7 @@ from rq import Queue
 
 from pipeline import dispatch, keys, runtime
 from pipeline.db import connect
-from pipeline.lanes import ALL_QUEUES
+from pipeline.core.lanes import ALL_QUEUES
 from receipts.media import MediaStore
 from testkit.helpers import ControlledExecutor, lesson, work_burst
 from web import create_app

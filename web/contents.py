@@ -10,7 +10,8 @@ from flask import Blueprint, Response, flash, g, jsonify, redirect, render_templ
 from flask_babel import gettext
 from werkzeug.datastructures import MultiDict
 
-from pipeline import demo, lanes, overview, review, versions
+from pipeline import demo, overview, review, versions
+from pipeline.core import lanes
 from pipeline.core.content import LIMITS, download_name, parse_draft
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.log import log

@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from pipeline import drift, overview, servers
-from pipeline.lanes import LANES
+from pipeline.core.lanes import LANES
 from pipeline.core.states import TaskKind, TaskStatus
 from web.db import get_conn, get_redis, settings
 from web.errors import Problem

@@ -54,7 +54,7 @@ class Task:
     lease_token: uuid.UUID
     lease_until: datetime
     attempt_ends_at: datetime | None = None   # the heartbeat stops and the call ends by then
-    lane: str = "interactive"                 # its version's lane (pipeline/lanes.py)
+    lane: str = "interactive"                 # its version's lane (pipeline/core/lanes.py)
 
     @classmethod
     def from_row(cls, row: dict) -> "Task":

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from bin import devstack
-from pipeline import lanes, settings
+from pipeline import settings
+from pipeline.core import lanes
 from pipeline.core.errors import ConfigError
 
 KINDS = {"worker-image": "image", "worker-tts": "tts", "worker-bundle": "bundle"}

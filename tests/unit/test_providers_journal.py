@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import Found, GenerateRequest, NotFound
+from providers.base import Found, GenerateRequest, NoRecord
 from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.journal import CRASH_EXIT_CODE, FaultPlan
 from providers.local_image import LocalImageProvider
@@ -35,7 +35,7 @@ def entry_file(journal_dir: Path, key: str = KEY) -> Path:
 
 
 def test_lookup_finds_nothing_before_and_the_same_bytes_after_generate(image):
-    assert image.lookup(KEY) == NotFound()
+    assert image.lookup(KEY) == NoRecord()
     made = image.generate(image_request())
     answer = image.lookup(KEY)
     assert isinstance(answer, Found)
@@ -86,7 +86,7 @@ def test_a_damaged_journal_entry_is_reported_not_trusted(image, tmp_path):
 def test_the_speech_provider_journals_and_replays_too(tmp_path):
     speech = LocalSpeechProvider(tmp_path)
     request = GenerateRequest("audio", "journal me", {"locale": "en"}, KEY)
-    assert speech.lookup(KEY) == NotFound()
+    assert speech.lookup(KEY) == NoRecord()
     made = speech.generate(request)
     assert speech.generate(request).provider_request_id == made.provider_request_id
     assert speech.lookup(KEY) == Found(made)
@@ -99,7 +99,7 @@ def test_a_fault_before_the_work_fires_once_and_leaves_nothing_done(image, fault
     image.arm(fault)
     with pytest.raises(error) as caught:
         image.generate(image_request())
-    assert image.lookup(KEY) == NotFound()
+    assert image.lookup(KEY) == NoRecord()
     assert image.armed_faults() == []
     assert isinstance(image.generate(image_request()).data, bytes)  # the next call is normal
     if fault == "rate_limited":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import GenerateRequest, NotFound
+from providers.base import GenerateRequest, NoRecord
 from providers.errors import Permanent, ProviderConfigError
 from providers.local_tts import LocalSpeechProvider, choose_voice, wav_bytes
 
@@ -85,7 +85,7 @@ def test_voices_are_routed_by_locale(locale, voice, text, expected):
 def test_an_unknown_locale_is_permanent_and_lists_the_supported_ones(provider):
     with pytest.raises(Permanent, match=r"'fr-FR'.*zh\*, cmn\*, en\*"):
         speak(provider, "bonjour", "key-1", locale="fr-FR")
-    assert provider.lookup("key-1") == NotFound()
+    assert provider.lookup("key-1") == NoRecord()
 
 
 def test_an_unknown_explicit_voice_is_permanent(provider):

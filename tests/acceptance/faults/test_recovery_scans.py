@@ -4,7 +4,7 @@ worker's expired lease is decided, each within its bound (RECOVERY_SCAN_SECONDS,
 import redis
 from rq import Queue
 
-from pipeline.lanes import ALL_QUEUES
+from pipeline.core.lanes import ALL_QUEUES
 from testkit.helpers import wait_until
 from testkit.system import ROOT, kill, spawn
 from tests.acceptance.faults.test_worker_crashes import key_of, save_one_block, worker_in_the_middle_of_an_image_call

@@ -8,7 +8,8 @@ import redis
 from rq import Queue
 
 from bin.worker import Worker
-from pipeline import dispatch, lanes, pauses, versions
+from pipeline import dispatch, pauses, versions
+from pipeline.core import lanes
 from pipeline.core.errors import Conflict
 from pipeline.reconcile import Reconciler
 from testkit.helpers import draft, wait_until

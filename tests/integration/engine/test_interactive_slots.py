@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.slots import SlotTable
-from pipeline.lanes import BULK, INTERACTIVE
+from pipeline.core.lanes import BULK, INTERACTIVE
 from testkit.helpers import make_settings
 
 

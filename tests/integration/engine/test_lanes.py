@@ -9,7 +9,8 @@ import redis
 from rq import Queue
 
 from bin.worker import Worker
-from pipeline import db, dispatch, tasks, lanes, review, versions
+from pipeline import db, dispatch, tasks, review, versions
+from pipeline.core import lanes
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler

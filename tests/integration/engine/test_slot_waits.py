@@ -11,7 +11,7 @@ from pipeline.core.errors import SlotsBusy
 from pipeline.executor import build_providers
 from pipeline.slots import SlotTable
 from pipeline.reconcile import Reconciler
-from pipeline.lanes import BULK, INTERACTIVE
+from pipeline.core.lanes import BULK, INTERACTIVE
 from testkit.helpers import draft, make_settings
 
 PROVIDER = "images:image"

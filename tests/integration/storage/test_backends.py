@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from pipeline import settings, storage
-from receipts.calls import Intent, Outcome, ReceiptBook
+from receipts.calls import Intent, ResultReceipt, ReceiptBook
 from receipts.media import MediaStore
 from receipts.objects import S3Objects, StorageError, s3_client
 
@@ -31,8 +31,8 @@ def intent(task_id: int = 7, attempt: int = 1) -> Intent:
     return Intent(task_id, attempt, "lease-1", "fake", "m1", "f" * 64, "key-1", 1.5)
 
 
-def outcome(sha: str, task_id: int = 7, attempt: int = 1) -> Outcome:
-    return Outcome(task_id, attempt, "lease-1", "req-1", sha, 5, "image/png", 1, 1, None, 12, 2.0)
+def outcome(sha: str, task_id: int = 7, attempt: int = 1) -> ResultReceipt:
+    return ResultReceipt(task_id, attempt, "lease-1", "req-1", sha, 5, "image/png", 1, 1, None, 12, 2.0)
 
 
 class Counting:

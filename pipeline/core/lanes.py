@@ -12,7 +12,8 @@ bulk lane (pipeline/pauses.py).
 
 Inside the bulk lane contents take turns: the dispatcher keeps at most
 `bulk_depth(kind)` bulk messages waiting in each bulk queue and refills it one turn
-per content, least recently served content first (`outbox_claim_bulk`). Pure: no I/O.
+per content, least recently served content first (`outbox_claim_bulk`). Pure: the functions read
+the settings they are given and nothing else.
 See docs/decisions.md, "Lanes".
 """
 
@@ -22,7 +23,6 @@ from typing import Any
 
 from pipeline.core.errors import InvalidInput
 from pipeline.core.states import KINDS
-from pipeline.settings import Settings
 
 INTERACTIVE, BULK = LANES = ("interactive", "bulk")
 
@@ -50,7 +50,7 @@ def parse_priority(value: Any) -> str:
     return value
 
 
-def workers(cfg: Settings, kind: str) -> int:
+def workers(cfg: "Settings", kind: str) -> int:
     """Worker processes of one kind on one machine that listen to both lanes (the Procfile's `-n` of
     worker-<kind>, printed by bin/workers): by default the provider's concurrency less the interactive
     pool, at least one, so the two pools together have one worker per call slot and none of them waits
@@ -64,7 +64,7 @@ def workers(cfg: Settings, kind: str) -> int:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def interactive_workers(cfg: Settings, kind: str) -> int:
+def interactive_workers(cfg: "Settings", kind: str) -> int:
     """Worker processes of one kind on one machine that listen to the interactive queue only (the
     Procfile's worker-<kind>-interactive): by default one per reserved call slot, at least one."""
     if kind == "image":
@@ -76,7 +76,7 @@ def interactive_workers(cfg: Settings, kind: str) -> int:
     raise ValueError(f"unknown kind {kind!r}")
 
 
-def bulk_depth(cfg: Settings, kind: str) -> int:
+def bulk_depth(cfg: "Settings", kind: str) -> int:
     """Bulk messages of one kind the dispatcher keeps waiting in RQ: enough that no worker idles
     between two refills, few enough that a content arriving later gets its turn soon."""
     if cfg.bulk_queue_depth:
@@ -88,14 +88,14 @@ def bulk_depth(cfg: Settings, kind: str) -> int:
     return 2 * concurrency[kind]
 
 
-def bulk_depths(cfg: Settings) -> dict[str, int]:
+def bulk_depths(cfg: "Settings") -> dict[str, int]:
     return {kind: bulk_depth(cfg, kind) for kind in KINDS}
 
 
 BATCH_WINDOW_SECONDS = 24 * 3600   # the Batch API's completion window ("24h", the only one it takes)
 
 
-def deadline_seconds(cfg: Settings, lane: str) -> float:
+def deadline_seconds(cfg: "Settings", lane: str) -> float:
     """A version's total deadline: TASK_DEADLINE_SECONDS, but a bulk version whose images go through the Batch
     API may wait the whole completion window, with an hour more to read the results."""
     if lane == BULK and cfg.image_bulk_backend == "batch":
@@ -103,7 +103,7 @@ def deadline_seconds(cfg: Settings, lane: str) -> float:
     return cfg.deadline_seconds
 
 
-def admission_limit(cfg: Settings, lane: str) -> int:
+def admission_limit(cfg: "Settings", lane: str) -> int:
     """Pending tasks a save of this lane may bring the total to: bulk saves leave the last tenth of
     MAX_PENDING_TASKS to editors, so an import that fills the system never refuses an editor's save."""
     if lane == BULK:

@@ -1,0 +1,44 @@
+"""The lanes' pure rules: queue names, a save's priority, pool sizes, bulk depth, deadlines and admission."""
+
+import pytest
+
+from pipeline import settings
+from pipeline.core import lanes
+from pipeline.core.errors import InvalidInput
+
+BASE = {"DATABASE_URL": "postgresql://h/db", "REDIS_URL": "redis://h/0", "MEDIA_DIR": "/tmp/media"}
+
+
+def cfg(**env: str) -> settings.Settings:
+    return settings.load({**BASE, **env})
+
+
+def test_each_kind_has_an_interactive_queue_by_its_plain_name_and_a_bulk_queue_beside_it():
+    assert [lanes.queue_name("image"), lanes.queue_name("tts", lanes.BULK)] == ["image", "tts-bulk"]
+    assert lanes.worker_queues("bundle") == ["bundle", "bundle-bulk"]   # interactive first
+    assert len(lanes.ALL_QUEUES) == 6
+    with pytest.raises(ValueError):
+        lanes.queue_name("video")
+
+
+@pytest.mark.parametrize("value", ["urgent", 1, None, ""])
+def test_a_priority_other_than_the_two_lanes_is_refused_naming_the_field(value):
+    with pytest.raises(InvalidInput) as refused:
+        lanes.parse_priority(value)
+    assert refused.value.field == "priority"
+
+
+def test_the_pools_together_have_one_worker_per_call_slot():
+    c = cfg(IMAGE_MAX_CONCURRENCY="6", IMAGE_INTERACTIVE_SLOTS="2")
+    assert (lanes.workers(c, "image"), lanes.interactive_workers(c, "image")) == (4, 2)
+    assert lanes.bulk_depth(c, "image") == 12
+    assert lanes.bulk_depth(cfg(BULK_QUEUE_DEPTH="3"), "image") == 3
+
+
+def test_a_bulk_save_leaves_a_tenth_of_the_pending_limit_and_waits_a_batch_window_when_batched():
+    c = cfg(MAX_PENDING_TASKS="1000")
+    assert (lanes.admission_limit(c, lanes.BULK), lanes.admission_limit(c, lanes.INTERACTIVE)) == (900, 1000)
+    assert lanes.deadline_seconds(c, lanes.BULK) == c.deadline_seconds
+    batched = cfg(IMAGE_BULK_BACKEND="batch", IMAGE_PROVIDER="openai",
+                  IMAGE_BASE_URL="https://api.openai.com/v1", IMAGE_API_KEY="k", IMAGE_DAILY_BUDGET="10")
+    assert lanes.deadline_seconds(batched, lanes.BULK) == lanes.BATCH_WINDOW_SECONDS + 3600
