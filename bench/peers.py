@@ -7,7 +7,7 @@ asset in the media store, slots, ledger, the fenced completion, the bundle task)
 lesson. Procrastinate (bench/peer_procrastinate.py, pinned in bench/requirements-peers.txt, run from
 .venv-peers): one job per task writing the same three durable files with our own writer, completion in
 its own tables; one job at a time per worker process, as ours. Both on the same PostgreSQL (fsync and
-synchronous commit on), a fresh database each run; the order alternates between repeats. Each run checks
+synchronous commit on), a fresh database each run; the order rotates between repeats. Each run checks
 that every task ran exactly once (ours: every task succeeded with one attempt; Procrastinate: every job
 succeeded, one intent and one result file per job).
 
@@ -17,6 +17,7 @@ driver's defer runs as a child process, counted with the driver), PostgreSQL com
 
     .venv/bin/python bench/peers.py --install     # once: .venv-peers with the project's lock and the peers
     .venv/bin/python bench/peers.py [--tasks 600] [--repeats 3] [--workers 1,2] [--blocks 10]
+                                    [--systems ours,procrastinate] [--keep]
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from bench.measure import CpuSnapshot, redis_calls, settle_pg_stats  # noqa: E40
 PEERS_VENV = ROOT / ".venv-peers"
 PEER_PYTHON = PEERS_VENV / "bin" / "python"
 PEER = str(ROOT / "bench" / "peer_procrastinate.py")
+SYSTEMS = ("ours", "procrastinate")
+LABELS = {"ours": "ours", "procrastinate": "Procrastinate"}
 
 
 def install() -> None:
@@ -112,6 +115,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", default="1,2", help="worker processes, comma-separated")
     parser.add_argument("--blocks", type=int, default=10, help="blocks per lesson of ours (2 tasks each + a bundle)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"which to run, comma-separated, of {', '.join(SYSTEMS)}")
+    parser.add_argument("--keep", action="store_true", help="leave the servers' directory (and the logs) in place")
     args = parser.parse_args(argv)
     if args.install:
         install()
@@ -120,36 +126,41 @@ def main(argv: list[str]) -> int:
         say(f"{PEERS_VENV} is missing: run .venv/bin/python bench/peers.py --install first")
         return 2
     counts = [int(x) for x in args.workers.split(",")]
+    systems = [x.strip() for x in args.systems.split(",") if x.strip()]
+    if not systems or set(systems) - set(SYSTEMS):
+        parser.error(f"--systems takes some of {', '.join(SYSTEMS)}, comma-separated")
     per_lesson = tasks_per_lesson(args.blocks)
     ours_tasks = max(1, math.ceil(args.tasks / per_lesson)) * per_lesson
     runs: list[Run] = []
-    with servers() as stack:
+    with servers(keep=args.keep) as stack:
+        say(f"servers and logs in {stack.base}")
         print_machine(stack)
         for rep in range(args.repeats):
             for workers in counts:
                 tag = f"r{rep}-{workers}"
-                pair = [lambda: exactly_once_ours(stack, tag, run_ours(stack, "simple", workers, ours_tasks,
-                                                                        args.blocks, tag)),
-                        lambda: run_procrastinate(stack, workers, args.tasks, per_lesson, tag)]
-                for make in (pair if rep % 2 == 0 else pair[::-1]):
-                    run = make()
+                makers = {"ours": lambda: exactly_once_ours(stack, tag, run_ours(stack, "simple", workers, ours_tasks,
+                                                                                 args.blocks, tag)),
+                          "procrastinate": lambda: run_procrastinate(stack, workers, args.tasks, per_lesson, tag)}
+                shift = rep % len(systems)   # each system goes first in turn
+                for system in systems[shift:] + systems[:shift]:
+                    run = makers[system]()
                     runs.append(run)
                     say(f"  repeat {rep + 1}: {run.who:<13} x{run.workers}: {run.items} in {run.seconds:.2f} s = "
                         f"{run.rate:.1f}/s")
-        report(runs, counts)
+        report(runs, counts, [LABELS[s] for s in systems])
     return 0
 
 
-def report(runs: list[Run], counts: list[int]) -> None:
+def report(runs: list[Run], counts: list[int], systems: list[str]) -> None:
     rows, costs = [], []
     for workers in counts:
         ours = [r for r in runs if r.who == "ours" and r.workers == workers]
-        peer = [r for r in runs if r.who == "Procrastinate" and r.workers == workers]
-        ratios = [o.rate / p.rate for o, p in zip(ours, peer)]
-        rows.append([workers, median(o.rate for o in ours), median(p.rate for p in peer), f"{median(ratios):.2f}x",
-                     " / ".join(f"{x:.2f}" for x in ratios)])
-        for group in (ours, peer):
-            costs.append([workers, group[0].who,
+        for who in systems:
+            group = [r for r in runs if r.who == who and r.workers == workers]
+            ratios = [o.rate / r.rate for o, r in zip(ours, group)] if who != "ours" else []
+            rows.append([workers, who, median(r.rate for r in group), " / ".join(f"{r.rate:.1f}" for r in group),
+                         f"{median(ratios):.2f}x" if ratios else "", " / ".join(f"{x:.2f}" for x in ratios)])
+            costs.append([workers, who,
                           median(r.per_item(r.cpu.workers) * 1000 for r in group),
                           median(r.per_item(r.cpu.postgres) * 1000 for r in group),
                           median(r.per_item(r.cpu.redis) * 1000 for r in group),
@@ -158,10 +169,12 @@ def report(runs: list[Run], counts: list[int]) -> None:
                           median(r.per_item(r.pg["commits"]) for r in group),
                           median(r.per_item(r.pg["next_xid"]) for r in group),
                           median(r.per_item(r.pg["wal_fsyncs"]) for r in group)])
+    how = {r.who: r.cls for r in runs}
+    peers = "".join(f"; {who}: {how[who]}" for who in systems if who != "ours")
     say()
-    say("Tasks per second, median of repeats (ratio = ours / Procrastinate, per repeat then median); every task "
-        "ran exactly once in every run:")
-    say(table(["workers", "ours tasks/s", "Procrastinate tasks/s", "ratio", "ratio per repeat"], rows))
+    say("Tasks per second, median of repeats and per repeat (ours / this: per repeat, then median); every task "
+        f"ran exactly once in every run{peers}:")
+    say(table(["workers", "who", "tasks/s", "tasks/s per repeat", "ours / this", "ours / this per repeat"], rows))
     say()
     say("Cost per task, medians; CPU in ms; PostgreSQL counters are server-wide deltas over the run:")
     say(table(["workers", "who", "CPU workers", "CPU postgres", "CPU redis", "CPU driver", "CPU total",
