@@ -195,7 +195,8 @@ def main(argv: list[str]) -> int:
     ours_tasks = max(1, math.ceil(args.tasks / per_lesson)) * per_lesson
     runs: list[Run] = []
     with servers(keep=args.keep) as stack:
-        say(f"servers and logs in {stack.base}")
+        if args.keep:
+            say(f"servers and logs in {stack.base} (left in place)")
         print_machine(stack)
         for rep in range(args.repeats):
             for workers in counts:
