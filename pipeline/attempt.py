@@ -76,7 +76,8 @@ class Attempt:
             try:
                 conn = self.rt.conn("lease")
                 with conn.transaction():
-                    row = db.one(conn, "tasks_heartbeat", {"task_id": self.task.id, "lease_token": self.task.lease_token,
+                    row = db.one(conn, "tasks_heartbeat", {"task_id": self.task.id,
+                                                           "lease_token": self.task.lease_token,
                                                            "lease_seconds": self.rt.settings.lease_seconds})
                     if self.task.kind != TaskKind.BUNDLE:
                         db.execute(conn, "input_calls_renew", {"fingerprint": self.task.fingerprint,
@@ -274,7 +275,8 @@ def _hold_input(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]] 
 
 def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset:
     """Take what the call needs if the claim did not (the input was taken after it), check the lease right before
-    paying, and have the executor do the work; the call's booking is given back when the error proves it unpaid."""
+    paying, and have the executor do the work: the asset, or None when the call went into a Batch API job instead.
+    The call's booking is given back when the error proves it unpaid."""
     task = attempt.task
     if task.kind == TaskKind.BUNDLE:   # local work: no call, nothing to take
         return rt.executor.execute(task, slots.Call())
@@ -351,8 +353,7 @@ def run_task(task_id: int) -> str:
     finally:   # an outcome that did not commit leaves the slot and the ledger row to be written alone
         attempt.settle_alone()
     # the tasks this one unblocked, and those its freed call slot woke, go to their queues now
-    ready = unblocked + attempt.woken()
-    if ready:
-        dispatch.send_now(rt.conn(), rt.redis, ready, claim_seconds=rt.settings.dispatch_claim_seconds)
+    dispatch.send_now(rt.conn(), rt.redis, unblocked + attempt.woken(),
+                      claim_seconds=rt.settings.dispatch_claim_seconds)
     log("job_end", **fields, status=status)
     return status

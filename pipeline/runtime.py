@@ -104,9 +104,6 @@ class Runtime:
     _heartbeats: Heartbeats | None = field(default=None, repr=False)
     slot_table: SlotTable = field(default_factory=SlotTable, repr=False)   # which slot rows this process saw
 
-    def __post_init__(self) -> None:
-        self.slot_table.slot_wait_seconds = self.settings.slot_wait_seconds
-
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here) and
         its heartbeat thread (a thread does not live on in a forked child)."""

@@ -53,17 +53,17 @@ def batched(cfg: Settings, task: Task) -> bool:
 class SlotTable:
     """Provider call slots and per-minute rate, shared through PostgreSQL by every worker (one per process)."""
 
-    slot_wait_seconds: float = 60.0              # SLOT_WAIT_SECONDS: the timer of a wait for a slot
     _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
 
     def hold(self, conn: psycopg.Connection, provider: str, p: ProviderSettings, book, *, kind: str,
-             holder: uuid.UUID, lane: str = INTERACTIVE) -> tuple[int, spend.Booking | None]:
+             holder: uuid.UUID, lane: str = INTERACTIVE,
+             wait_seconds: float = 60.0) -> tuple[int, spend.Booking | None]:
         """Hold one call slot for `holder`, count one call in this minute's window and `book` its cost, all or
         nothing, in the caller's transaction. The bulk lane may hold only `p.bulk_slots` of the slots, and none
         while interactive work of its `kind` waits for one.
 
-        Raises SlotsBusy (the task waits until a slot frees and wakes it), Busy (the rate reached: it waits
-        for the next minute) or BudgetReached; then nothing is held or booked. A booking that can fail runs
+        Raises SlotsBusy (the task waits until a slot frees and wakes it, at most `wait_seconds`), Busy (the rate
+        reached: it waits for the next minute) or BudgetReached; then nothing is held or booked. A booking that can fail runs
         in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
         """
         if (provider, p.max_concurrency) not in self._ensured:
@@ -80,7 +80,7 @@ class SlotTable:
             self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
             which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
                      else f"all {usable} call slots are in use")
-            raise SlotsBusy(f"{provider}: {which}", retry_after=self.slot_wait_seconds)
+            raise SlotsBusy(f"{provider}: {which}", retry_after=wait_seconds)
         raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
                    retry_after=float(row["seconds_left"]))
 
@@ -99,7 +99,7 @@ def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, 
     name = slots_of(provider, task.kind)
     slot, booking = table.hold(conn, name, p, lambda c: None if replay else spend.book(
         c, provider, task.content_id, p, cfg.content_budget, cfg.budget_recheck_seconds, cost=cost),
-        kind=task.kind, holder=task.lease_token, lane=task.lane)
+        kind=task.kind, holder=task.lease_token, lane=task.lane, wait_seconds=cfg.slot_wait_seconds)
     return Call(name, slot, task.lease_token, p.bulk_slots, booking, replay)
 
 

@@ -14,13 +14,11 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
 from typing import Any
 
 from . import contract
-from .batch import BatchAPI, moderation, usage
+from .batch import BatchAPI, moderation, route, usage
 from .behaviours import BATCH_STEPS, ENDPOINTS, Behaviour, Calls, RecordedRequest
 from .media import tiny_image, tiny_wav
 
@@ -321,7 +319,7 @@ class FakeProviderServer:
         if refusal:
             handler.send_json(*refusal)
             return
-        step, answer = route_batch(self.batch, method, handler.path, handler.headers, raw)
+        step, answer = route(self.batch, method, handler.path, handler.headers, raw)
         with self._lock:
             self._state.log.append(RecordedRequest(step or handler.path, "", dict(handler.headers.items()), None))
             behaviour = self._state.next_behaviour(step) if step else Behaviour()
@@ -422,49 +420,6 @@ class FakeProviderServer:
         with self._wake:
             seen = self._releases
             self._wake.wait_for(lambda: self._releases > seen or self._stopped.is_set(), timeout)
-
-
-def route_batch(api: BatchAPI, method: str, path: str, headers, raw: bytes) -> tuple[str | None, tuple]:
-    """The Files or Batch API call a request makes: its step's name and its answer."""
-    parts = urlsplit(path)
-    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-    segments = parts.path.strip("/").split("/")[1:]   # after "v1"
-    if segments == ["files"] and method == "POST":
-        fields = _multipart(headers.get("Content-Type", ""), raw)
-        if "file" not in fields:
-            return "files.create", contract.error(400, "Missing required parameter: 'file'.", param="file")
-        filename, data = fields["file"]
-        return "files.create", api.upload(fields.get("purpose", (None, b""))[1].decode() or None, filename, data)
-    if segments == ["files"] and method == "GET":
-        return "files.list", api.list_files(query.get("purpose"))
-    if len(segments) == 3 and segments[0] == "files" and segments[2] == "content" and method == "GET":
-        return "files.content", api.content(segments[1])
-    if segments == ["batches"] and method == "POST":
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        return "batches.create", api.create(body)
-    if segments == ["batches"] and method == "GET":
-        return "batches.list", api.list(query.get("limit"), query.get("after"))
-    if len(segments) == 2 and segments[0] == "batches" and method == "GET":
-        return "batches.get", api.get(segments[1])
-    if len(segments) == 3 and segments[0] == "batches" and segments[2] == "cancel" and method == "POST":
-        return "batches.cancel", api.cancel(segments[1])
-    return None, contract.refuse_path(method, path)
-
-
-def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]]:
-    """The fields of a multipart/form-data body: name -> (file name, bytes)."""
-    if not content_type.startswith("multipart/form-data"):
-        return {}
-    message = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
-    fields = {}
-    for part in message.get_payload() if message.is_multipart() else []:
-        name = part.get_param("name", header="content-disposition")
-        if name:
-            fields[name] = (part.get_filename(), part.get_payload(decode=True) or b"")
-    return fields
 
 
 def _rebind(fake: FakeProviderServer, port: int) -> _Listener:
