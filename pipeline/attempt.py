@@ -25,7 +25,7 @@ from rq import get_current_job
 
 from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tasks
 from pipeline.core import policy
-from pipeline.core.errors import BudgetReached, Busy, Cancelled, LeaseLost, Refused, Transient
+from pipeline.core.errors import Busy, Cancelled, LeaseLost, Refused, Transient
 from pipeline.core.records import Asset, Task
 from pipeline.core.states import TaskKind, TaskStatus, check_transition
 from pipeline.log import log
@@ -56,6 +56,7 @@ class Attempt:
         self.call: slots.Call | None = None      # what the call took and owes; None until taken
         self.settled = False                     # what the call owes was written
         self._wake: psycopg.Cursor | None = None   # the wake of the slot waiters its release lets run
+        self.woken_ids: list[int] = []             # or their outbox rows, when the success freed the slot
         self.lost = self.cancel_requested = self._told = False
         self._lock = threading.Lock()
 
@@ -146,7 +147,7 @@ class Attempt:
 
     def woken(self) -> list[int]:
         """The outbox rows of the slot waiters its release woke; read once the settling transaction ended."""
-        return [] if self._wake is None else [row["outbox_id"] for row in self._wake.fetchall()]
+        return self.woken_ids + ([] if self._wake is None else [row["outbox_id"] for row in self._wake.fetchall()])
 
     def settle_alone(self) -> None:
         """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
@@ -193,37 +194,33 @@ def claim(rt: runtime.Runtime, task_id: int, job_id: str | None = None) -> Attem
 
 
 def _claim_once(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
-    """The claim in one transaction and, in pipeline mode, one round trip: the move to `running` under a new lease,
-    the hold on the input's one paid call (`input_calls_take`), a look at the input's stored asset after that take
-    and the provider's earlier refusal of it (the three name the task by the new lease, so they do nothing unless
-    the claim did); then, for a task that holds its input, what its call needs."""
+    """The claim as one statement (`attempt_claim`): the move to `running` under a new lease, the hold on the
+    input's one paid call, the input's stored asset and the provider's earlier refusal of it and, for a task that
+    holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and rate token."""
     cfg, token = rt.settings, uuid.uuid4()
     check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
     check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
-    with conn.pipeline(), conn.transaction():   # BEGIN goes with the claim, COMMIT with the last statement
-        claimed = db.execute(conn, "tasks_claim", {
-            "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
-            "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds,
-            "receipt_store": rt.receipt_store})
-        took = db.execute(conn, "input_calls_take", {"task_id": task_id, "lease_token": token,
-                                                     "hold_seconds": cfg.lease_seconds})
-        look = db.execute(conn, "asset_inputs_find_of_task", {"task_id": task_id})
-        refusal = db.execute(conn, "refused_inputs_of_task", {"task_id": task_id})
-        row, holder, stored, refused = claimed.fetchone(), took.fetchone(), look.fetchone(), refusal.fetchone()
-        if row is None:
-            return None
-        task = Task.from_row(row)
-        attempt = Attempt(rt, task, reusable=Asset.from_row(stored) if stored else None,
-                          holds_input=holder is not None and holder["task_id"] == task.id)
-        if refused is not None and attempt.reusable is None:   # the same prompt was refused: not sent again unasked
-            attempt.refused = Refused(f"the provider refused this same prompt before (task {refused['task_id']}): "
-                                      f"{refused['message']}; edit the block, or retry the task to send it again")
-        elif attempt.reusable is None and attempt.holds_input:   # a bundle holds no input
-            try:
-                attempt.take_call(conn)
-            except (Busy, BudgetReached) as exc:   # nothing was taken; the claim stands and fails below
-                attempt.refused = exc
-        return attempt
+    calls = rt.slot_table.in_claim(conn, cfg, rt.executor.provider_name)
+    row = db.one(conn, "tasks_claim", {
+        "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
+        "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
+        "calls": calls})
+    if row is None:
+        return None
+    task = Task.from_row(row)
+    stored = None if row["stored_sha256"] is None else Asset(
+        row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
+        row["stored_height"], row["stored_duration_ms"])
+    attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
+    if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
+        attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
+                                  f"{row['refused_message']}; edit the block, or retry the task to send it again")
+    elif stored is None and attempt.holds_input and slots.taken_in_claim(cfg, task.kind):
+        try:
+            attempt.call = rt.slot_table.taken(task, cfg, row)
+        except Busy as exc:   # nothing was taken (SlotsBusy is a Busy); the claim stands and fails below
+            attempt.refused = exc
+    return attempt
 
 
 def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Connection], T]) -> T:
@@ -239,11 +236,17 @@ def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Conn
 
 
 def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tuple[str, list[int]]:
-    applied = _finish(rt, attempt, lambda conn: tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id,
-                                                                **how))
-    if applied.lost is not None:
-        raise applied.lost
-    return applied.status.value, applied.unblocked()
+    """Complete the task with its asset and what its call owes (`tasks.succeed`); LeaseLost once that is written,
+    when the lease was lost meanwhile."""
+    try:
+        done = _written(rt, lambda conn: tasks.succeed(conn, attempt.task, asset, actor=rt.worker_id,
+                                                       call=attempt.call, **how))
+    except LeaseLost:
+        attempt.settled = True   # the paid result, its ledger row and its slot were written all the same
+        raise
+    attempt.settled = True
+    attempt.woken_ids = done.woken
+    return done.status.value, done.unblocked
 
 
 def _reuse(rt: runtime.Runtime, attempt: Attempt, asset: Asset | None = None) -> tuple[str, list[int]] | None:

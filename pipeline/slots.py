@@ -8,6 +8,7 @@ slot, waking the tasks that waited for one, in the transaction that writes the a
 
 from __future__ import annotations
 
+import json
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -49,11 +50,61 @@ def batched(cfg: Settings, task: Task) -> bool:
     return cfg.image_bulk_backend == "batch" and task.kind == "image" and task.lane == BULK
 
 
+def taken_in_claim(cfg: Settings, kind: str) -> bool:
+    """Whether the claim itself takes the call's slot and rate token (`attempt_claim`): when the call needs nothing
+    else, no booking (it costs nothing against a limit) and no look at the ledger (its key is not replayed)."""
+    p: ProviderSettings = getattr(cfg, kind)
+    return (p.priced_by != "table" and p.cost_per_call <= 0 and not p.honours_idempotency_key
+            and not (cfg.image_bulk_backend == "batch" and kind == "image"))
+
+
 @dataclass
 class SlotTable:
     """Provider call slots and per-minute rate, shared through PostgreSQL by every worker (one per process)."""
 
     _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
+    _in_claim: dict | None = None                 # kind -> what the claim takes for its call, once asked
+    _in_claim_json: str = "{}"
+
+    def in_claim(self, conn: psycopg.Connection, cfg: Settings, provider_name) -> str:
+        """What the claim takes for each kind whose call it takes (`taken_in_claim`), as `attempt_claim` reads it
+        (JSON: kind -> slots' name, slots, the bulk lane's slots, rate, hold); their slot rows are made first."""
+        if self._in_claim is None:
+            calls = {}
+            for kind in ("image", "tts"):
+                if not taken_in_claim(cfg, kind):
+                    continue
+                p: ProviderSettings = getattr(cfg, kind)
+                name = slots_of(provider_name(kind), kind)
+                self._ensure(conn, name, p.max_concurrency)
+                calls[kind] = {"slots": name, "max": p.max_concurrency, "bulk_max": p.bulk_slots,
+                               "rate": p.rate_per_minute, "hold_seconds": p.call_timeout + 30}
+            self._in_claim, self._in_claim_json = calls, json.dumps(calls)
+        return self._in_claim_json
+
+    def _ensure(self, conn: psycopg.Connection, provider: str, max_concurrency: int) -> None:
+        if (provider, max_concurrency) not in self._ensured:
+            db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": max_concurrency})
+            self._ensured.add((provider, max_concurrency))
+
+    def taken(self, task: Task, cfg: Settings, row: dict) -> Call:
+        """The call the claim took (`attempt_claim`'s row); SlotsBusy or Busy when it took nothing."""
+        p: ProviderSettings = getattr(cfg, task.kind)
+        name = self._in_claim[task.kind]["slots"]
+        if row["slot"] is not None:
+            return Call(name, row["slot"], task.lease_token, p.bulk_slots)
+        return self._refusal(name, p, task.lane, row["slot_free"], row["rate_seconds_left"], cfg.slot_wait_seconds)
+
+    def _refusal(self, provider: str, p: ProviderSettings, lane: str, slot_free: bool, seconds_left,
+                 wait_seconds: float):
+        if not slot_free:
+            self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
+            self._in_claim = None
+            usable = p.bulk_slots if lane == BULK else p.max_concurrency
+            which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
+                     else f"all {usable} call slots are in use")
+            raise SlotsBusy(f"{provider}: {which}", retry_after=wait_seconds)
+        raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached", retry_after=float(seconds_left))
 
     def hold(self, conn: psycopg.Connection, provider: str, p: ProviderSettings, book, *, kind: str,
              holder: uuid.UUID, lane: str = INTERACTIVE,
@@ -66,9 +117,7 @@ class SlotTable:
         reached: it waits for the next minute) or BudgetReached; then nothing is held or booked. A booking that can fail runs
         in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
         """
-        if (provider, p.max_concurrency) not in self._ensured:
-            db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
-            self._ensured.add((provider, p.max_concurrency))
+        self._ensure(conn, provider, p.max_concurrency)
         with conn.transaction() if p.cost_per_call > 0 or p.priced_by == "table" else nullcontext():
             usable = p.bulk_slots if lane == BULK else p.max_concurrency
             row = db.one(conn, "provider_slot_and_rate_take", {
@@ -76,13 +125,7 @@ class SlotTable:
                 "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
             if row["slot"] is not None:
                 return row["slot"], book(conn)
-        if not row["slot_free"]:
-            self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
-            which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
-                     else f"all {usable} call slots are in use")
-            raise SlotsBusy(f"{provider}: {which}", retry_after=wait_seconds)
-        raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached",
-                   retry_after=float(row["seconds_left"]))
+        self._refusal(provider, p, lane, row["slot_free"], row["seconds_left"], wait_seconds)
 
 
 def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, provider: str) -> Call:
@@ -104,17 +147,23 @@ def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, 
 
 
 def settle(conn: psycopg.Connection, task: Task, call: Call) -> psycopg.Cursor | None:
-    """Write the call's ledger row, settle its booking to the reported cost (or give it back when the call
-    provably cost nothing), and free its slot, in the caller's transaction. The wake of the slot waiters the
-    release lets run travels with the COMMIT: its cursor (their outbox rows) is read once the transaction ended."""
+    """Write the call's ledger row, settle its booking (`settle_booking`) and free its slot, in the caller's
+    transaction. The wake of the slot waiters the release lets run travels with the COMMIT: its cursor (their
+    outbox rows) is read once the transaction ended. A success writes its ledger row and frees its slot in
+    `attempt_succeed` instead, and settles only its booking here."""
     if call.ledger is not None:
         spend.record_call(conn, task, **call.ledger)
-    if call.booking is not None and call.unpaid:
-        spend.refund_in(conn, call.booking)
-    elif call.booking is not None and call.ledger is not None and call.ledger.get("reported_cost") is not None:
-        spend.settle(conn, call.booking, call.ledger["reported_cost"])
+    settle_booking(conn, call)
     if call.slot is None:
         return None
     db.execute(conn, "provider_slots_release", {"provider": call.provider, "slot": call.slot, "holder": call.holder})
     return db.execute(conn, "provider_slots_wake", {"kind": task.kind, "provider": call.provider,
                                                      "bulk_slots": call.bulk_slots})
+
+
+def settle_booking(conn: psycopg.Connection, call: Call) -> None:
+    """The call's booking settled to the reported cost, or given back when the call provably cost nothing."""
+    if call.booking is not None and call.unpaid:
+        spend.refund_in(conn, call.booking)
+    elif call.booking is not None and call.ledger is not None and call.ledger.get("reported_cost") is not None:
+        spend.settle(conn, call.booking, call.ledger["reported_cost"])

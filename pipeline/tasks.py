@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import random
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, events, spend
+from pipeline import db, events, slots, spend
 from pipeline.core import outcome as decide
 from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
@@ -245,34 +246,58 @@ def _not_moved(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: st
     return Applied(None, lost=lost)
 
 
-def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, reason: str = "succeeded",
-               details: dict | None = None, reused_from: str | None = None) -> Applied:
-    """Record the asset and complete the task, in the caller's transaction.
+@dataclass(frozen=True)
+class Success:
+    """What a worker's success wrote: where its task went (None: the lease was lost; its paid result was kept) and
+    the outbox rows to send now, of the dependents it unblocked and of the slot waiters its freed slot woke."""
 
-    The asset is indexed and the input released even when the lease was lost meanwhile (a superseded task
-    whose call was in flight): it was paid for, so newer work reuses it; the caller raises `Applied.lost` after
-    the commit. `reused_from`: the provider whose earlier call made the asset; the `reused` event and ledger
-    row are written with the completion.
+    status: TaskStatus | None
+    unblocked: list[int]
+    woken: list[int]
+    lost: LeaseLost | None = None
+
+
+def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, call: slots.Call | None = None,
+               reason: str = "succeeded", details: dict | None = None, reused_from: str | None = None) -> Success:
+    """Record the asset and complete the task, with what its `call` owes (its ledger row, its slot, its booking), in
+    the caller's transaction (`attempt_succeed`, one statement, and the booking's settlement).
+
+    The asset is indexed, the input released, the ledger row written and the slot freed even when the lease was
+    lost meanwhile (a superseded task whose call was in flight): it was paid for, so newer work reuses it; the
+    caller raises `Success.lost` after the commit. A cancel requested meanwhile cancels the task. `reused_from`: the
+    provider whose earlier call made the asset; the `reused` event and ledger row are written with the completion.
     """
-    code = decide.Reason.REUSED if reused_from is not None else decide.Reason.SUCCEEDED
-    applied = apply(conn, Seen.held(task), decide.succeeded(asset, reason=reason, code=code, details=details),
-                    actor=actor)
-    if applied.status is TaskStatus.SUCCEEDED and reused_from is not None:
+    check_transition(S.RUNNING, S.SUCCEEDED, "worker")
+    ledger = None if call is None or call.ledger is None else Jsonb(dict(call.ledger, attempt=task.attempts))
+    row = db.one(conn, "tasks_succeed", {
+        "task_id": task.id, "lease_token": task.lease_token, "actor": actor, "sha256": asset.sha256,
+        "media_type": asset.media_type, "size": asset.size, "width": asset.width, "height": asset.height,
+        "duration_ms": asset.duration_ms, "reason": reason, "details": Jsonb(details) if details else None,
+        "ledger": ledger, "slots": call.provider if call else None, "slot": call.slot if call else None,
+        "bulk_slots": call.bulk_slots if call else None})
+    if call is not None:
+        slots.settle_booking(conn, call)
+    if row["status"] == "lost":
+        lost = LeaseLost(f"task {task.id}: lease {task.lease_token} is no longer current (status {row['current']}); "
+                         "only its paid result was kept")
+        return Success(None, [], row["woken"], lost)
+    if row["status"] == S.SUCCEEDED.value and reused_from is not None:
         record_event(conn, task, "reused", actor=actor, reason="an identical input already produced this asset",
                      details={"sha256": asset.sha256})
         spend.record_reuse(conn, task, reused_from)
-    return applied
+    return Success(TaskStatus(row["status"]), row["unblocked"], row["woken"])
 
 
-def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str,
-            **how) -> tuple[TaskStatus, list[int]]:
-    """`succeed_in` in a transaction of its own; the task's status and the outbox rows it unblocked
-    (LeaseLost after the commit when the lease was lost)."""
-    with conn.pipeline(), conn.transaction():
-        applied = succeed_in(conn, task, asset, actor=actor, **how)
-    if applied.lost is not None:
-        raise applied.lost
-    return applied.status, applied.unblocked()
+def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, call: slots.Call | None = None,
+            **how) -> Success:
+    """`succeed_in` in a transaction of its own: on an autocommit connection, when nothing is written with it (no
+    reuse, no booking), one statement. LeaseLost after the commit when the lease was lost."""
+    alone = conn.autocommit and how.get("reused_from") is None and (call is None or call.booking is None)
+    with nullcontext() if alone else conn.transaction():
+        done = succeed_in(conn, task, asset, actor=actor, call=call, **how)
+    if done.lost is not None:
+        raise done.lost
+    return done
 
 
 def fail_attempt_in(conn: psycopg.Connection, task: Task, error: Exception, cfg: Settings, *, actor: str,

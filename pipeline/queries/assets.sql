@@ -15,10 +15,6 @@ ON CONFLICT (fingerprint) DO NOTHING;
 -- asset_inputs_find: the stored asset an input fingerprint already produced, if any
 SELECT a.* FROM asset_inputs i JOIN assets a ON a.sha256 = i.sha256 WHERE i.fingerprint = %(fingerprint)s;
 
--- asset_inputs_find_of_task: the stored asset a media task's input already produced, if any
-SELECT a.* FROM tasks t JOIN asset_inputs i ON i.fingerprint = t.fingerprint JOIN assets a ON a.sha256 = i.sha256
-WHERE t.id = %(task_id)s AND t.kind <> 'bundle';
-
 -- assets_stale: assets past retention that no current or approved version uses, and that no regeneration replaced
 -- (an editor's rejected picture stays reachable from its version; index events_replaced_assets)
 SELECT a.sha256 FROM assets a

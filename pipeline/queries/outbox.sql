@@ -9,13 +9,8 @@ ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
 RETURNING id, task_id, queue, lane, available_at;
 
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded
-INSERT INTO outbox (task_id, queue, lane, available_at)
-SELECT t.id, t.kind, v.lane, t.available_at FROM task_deps d JOIN tasks t ON t.id = d.task_id
-JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
-WHERE d.depends_on = %(task_id)s AND t.status IN ('ready', 'retry')
-  AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
-ON CONFLICT (task_id) WHERE sent_at IS NULL DO NOTHING
-RETURNING id, task_id, queue, lane, available_at;
+-- (schema: outbox_add_unblocked); the new rows' ids
+SELECT id FROM outbox_add_unblocked(%(task_id)s) AS id;
 
 -- outbox_add_missing_unblocked: queue dependents whose dependencies all succeeded but got no message
 INSERT INTO outbox (task_id, queue, lane, available_at)

@@ -1,22 +1,9 @@
 -- The spend guard: one paid call in flight per input (input_calls), and budgets per day and content.
 
--- input_calls_take: hold the right to call for the input of a media task we hold (under `lease_token`), unless
--- the input already has a stored asset or a live holder has it; returns the holder (a holder is live while its
--- lease is renewed, or while its task is running or unknown: a crashed holder is released only by the
--- reconciler's decision, and an unknown one only by a person's). Matches nothing when the lease is not ours,
--- so it can travel in one round trip with the claim that takes the lease.
-INSERT INTO input_calls AS i (fingerprint, task_id, lease_token, held_until)
-SELECT t.fingerprint, t.id, t.lease_token, now() + make_interval(secs => %(hold_seconds)s)
-FROM tasks t
-WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.kind <> 'bundle'
-  AND NOT EXISTS (SELECT 1 FROM asset_inputs a WHERE a.fingerprint = t.fingerprint)
-ON CONFLICT (fingerprint) DO UPDATE
-    SET task_id = excluded.task_id, lease_token = excluded.lease_token, held_until = excluded.held_until,
-        since = now()
-    WHERE i.task_id = excluded.task_id
-       OR (i.held_until < now()
-           AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.id = i.task_id AND t.status IN ('running', 'unknown')))
-RETURNING task_id;
+-- input_calls_take: hold the right to call for the input of a media task we hold (under `lease_token`), unless the
+-- input already has a stored asset or a live holder has it (schema: input_calls_take); the holder's task id. Matches
+-- nothing when the lease is not ours
+SELECT input_calls_take(%(task_id)s, %(lease_token)s, %(hold_seconds)s) AS task_id;
 
 -- input_calls_holder: who holds an input now, locked so that its release waits for our decision to wait
 SELECT i.task_id, i.held_until, t.status::text AS holder_status FROM input_calls i JOIN tasks t ON t.id = i.task_id
@@ -28,16 +15,8 @@ UPDATE input_calls SET held_until = now() + make_interval(secs => %(hold_seconds
 WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s;
 
 -- input_calls_release: the holder is done with the input (its asset is stored, or nothing was paid); the tasks
--- waiting for it may run now (they and their messages are due at once)
-WITH released AS (
-    DELETE FROM input_calls WHERE fingerprint = %(fingerprint)s AND lease_token = %(lease_token)s
-    RETURNING fingerprint
-), woken AS (
-    UPDATE tasks t SET available_at = now() FROM released
-    WHERE t.fingerprint = released.fingerprint AND t.status = 'retry' AND t.waiting_for = 'input'
-    RETURNING t.id
-)
-UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
+-- waiting for it may run now (schema: input_calls_release)
+SELECT input_calls_release(%(fingerprint)s, %(lease_token)s);
 
 -- spend_days_ensure: today's row for a provider exists (UTC days)
 INSERT INTO spend_days (provider, day) VALUES (%(provider)s, (now() AT TIME ZONE 'UTC')::date)
@@ -83,10 +62,6 @@ UPDATE content_spend SET spent = greatest(spent + %(delta)s, 0) WHERE content_id
 -- refused_inputs_add: the provider refused this input's prompt; it is not sent again unchanged unless a person asks
 INSERT INTO refused_inputs (fingerprint, task_id, message) VALUES (%(fingerprint)s, %(task_id)s, %(message)s)
 ON CONFLICT (fingerprint) DO NOTHING;   -- the first refusal keeps its own words
-
--- refused_inputs_of_task: the provider's earlier refusal of this task's input, if any
-SELECT r.task_id, r.message, r.at FROM refused_inputs r JOIN tasks t ON t.fingerprint = r.fingerprint
-WHERE t.id = %(task_id)s;
 
 -- refused_inputs_forget: a person asks for this task's input to be sent again although it was refused
 DELETE FROM refused_inputs r USING tasks t WHERE t.id = %(task_id)s AND r.fingerprint = t.fingerprint

@@ -52,38 +52,17 @@ ORDER BY id;
 -- tasks_unmet_dependencies: how many of a task's dependencies have not succeeded yet
 SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
--- tasks_claim: take a runnable task for one attempt; a duplicate or early message matches nothing
-WITH candidate AS (
-    SELECT t.id, t.status FROM tasks t
-    JOIN contents c ON c.id = t.content_id
-    JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
-    WHERE t.id = %(task_id)s
-      AND t.status IN ('ready', 'retry')
-      AND t.available_at <= now()
-      AND t.attempts < t.max_attempts
-      AND t.deadline_at > now()
-      AND c.current_version = t.version
-      AND v.cancel_requested_at IS NULL
-      AND NOT lane_paused(v.lane)
-      AND NOT EXISTS (SELECT 1 FROM task_unmet_deps u WHERE u.task_id = t.id)
-    FOR NO KEY UPDATE OF t SKIP LOCKED   -- not FOR UPDATE: an event row being written for this task holds
-                                         -- KEY SHARE on it, which must not make the claim skip the task
-), claimed AS (
-    UPDATE tasks t SET status = 'running', attempts = t.attempts + 1, lease_token = %(lease_token)s,
-           lease_until = now() + make_interval(secs => %(lease_seconds)s), heartbeat_at = now(),
-           worker = %(worker)s, receipt_store = %(receipt_store)s, waiting_for = NULL, updated_at = now(),
-           attempt_ends_at = least(t.deadline_at, now() + make_interval(secs => %(attempt_seconds)s))
-    FROM candidate WHERE t.id = candidate.id
-    RETURNING t.*, candidate.status AS from_status
-), logged AS (
-    INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
-                        lease_token, reason, details)
-    SELECT id, content_id, version, 'transition', from_status, 'running', %(worker)s, attempts, lease_token,
-           'claimed', jsonb_build_object('rq_job_id', %(rq_job_id)s::text)
-    FROM claimed
-)
-SELECT claimed.*, v.saved_at, v.lane::text AS lane FROM claimed
-JOIN versions v ON v.content_id = claimed.content_id AND v.version = claimed.version;
+-- tasks_claim: take a runnable task for one attempt, with the hold on its input, the asset and the refusal its
+-- input already has and, for the kinds `calls` names, its call slot and rate token (schema: attempt_claim); a
+-- duplicate or early message matches nothing
+SELECT * FROM attempt_claim(%(task_id)s, %(lease_token)s, %(worker)s, %(lease_seconds)s, %(rq_job_id)s,
+                            %(attempt_seconds)s, %(receipt_store)s, %(calls)s::jsonb);
+
+-- tasks_succeed: a worker's success, fenced by its lease, with its asset, its input's release, its dependents'
+-- messages, its ledger row and its slot's release (schema: attempt_succeed)
+SELECT * FROM attempt_succeed(%(task_id)s, %(lease_token)s, %(actor)s, %(sha256)s, %(media_type)s, %(size)s,
+                              %(width)s, %(height)s, %(duration_ms)s, %(reason)s, %(details)s, %(ledger)s,
+                              %(slots)s, %(slot)s, %(bulk_slots)s);
 
 -- tasks_heartbeat: extend the lease, only for the current holder before its attempt's end; says whether a
 -- cancel was requested

@@ -73,7 +73,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
     # but the stale holder's paid result is kept as an asset of its input, for reuse
     assert tasks.find_reusable(conn, stale.fingerprint) == asset
     # while the new holder can complete
-    assert tasks.succeed(conn, fresh, asset, actor="w2")[0].value == "succeeded"
+    assert tasks.succeed(conn, fresh, asset, actor="w2").status.value == "succeeded"
 
 
 def test_a_duplicate_message_before_the_retry_time_neither_runs_nor_spends_an_attempt(conn, cfg, rt, executor):

@@ -166,7 +166,7 @@ def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, c
         conn.execute("DELETE FROM outbox WHERE task_id = %s AND sent_at IS NULL", (row["id"],))
         conn.execute("UPDATE tasks SET status = 'ready', available_at = now() WHERE id = %s", (row["id"],))
         claimed = claim(cfg, row["id"]).task
-        _, ids = tasks.succeed(conn, claimed, Asset("a" * 63 + str(row["id"] % 10), "image/png", 1), actor="w")
+        ids = tasks.succeed(conn, claimed, Asset("a" * 63 + str(row["id"] % 10), "image/png", 1), actor="w").unblocked
         unblocked += ids
     assert conn.execute("SELECT lane FROM outbox WHERE id = ANY(%s)", (unblocked,)).fetchone()["lane"] == "bulk"
     assert dispatch.send_now(conn, client, unblocked) == 0
