@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # (file path suffix, function) -> step; the innermost frame on a stack that matches names the step
 STEPS = [
-    ("pipeline/attempt.py", "_claim_once", "claim transaction (claim, reuse, input, slot + rate)"),
+    ("pipeline/attempt.py", "_claim_once", "claim (attempt_claim: claim, reuse, input, slot + rate)"),
     ("pipeline/tasks.py", "fail_past_deadline", "claim found nothing"),
     ("pipeline/tasks.py", "find_reusable", "reuse check (asset_inputs_find)"),
     ("pipeline/attempt.py", "look", "lease check (tasks_lease_look, a read)"),
@@ -15,7 +15,8 @@ STEPS = [
     ("bench/instant_worker.py", "generate", "provider call (instant)"),
     ("receipts/media.py", "put", "asset file (durable write)"),
     ("receipts/calls.py", "write_result", "result receipt (durable write)"),
-    ("pipeline/attempt.py", "_finish", "complete (tasks.succeed_in, with ledger row and slot release)"),
+    ("pipeline/attempt.py", "_succeed", "complete (attempt_succeed, with ledger row and slot release)"),
+    ("pipeline/attempt.py", "_finish", "a failure's outcome (tasks.apply, with what the call owes)"),
     ("pipeline/dispatch.py", "send_now", "fast path for unblocked tasks"),
     ("pipeline/log.py", "log", "JSON log lines"),
     ("pipeline/bundle.py", "build", "bundle zip"),

@@ -1,9 +1,11 @@
 """Every change of a task's status after its claim, each one function here and one query in tasks.sql.
 
 `apply` is the one place a decision (`pipeline.core.outcome.Outcome`) is written, for a
-worker leaving `running` and for the reconciler alike: the task row by one guarded UPDATE
+worker's failure or cancel and for the reconciler alike: the task row by one guarded UPDATE
 (`tasks_move`), the asset and its input, the input hold, the dependents it unblocks, the
-retry's outbox row, the dead letter, and the event. A worker's exit is fenced by its lease
+retry's outbox row, the dead letter, and the event. A worker's success, the hot path, is
+`succeed_in`: the same writes, with the call's ledger row and slot, in one statement
+(`tasks_succeed`, the function `attempt_succeed`). A worker's exit is fenced by its lease
 token: zero rows means it no longer holds the lease, and it raises `LeaseLost` having
 written nothing but a paid result. The other moves are set-based and each has its function:
 the deadline, superseding, and an editor's cancel, reopen and resolve (whose rules
@@ -183,8 +185,8 @@ class Applied:
 
 
 def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str) -> Applied:
-    """Write one decision about a task, inside the caller's transaction; the one place any task leaves
-    `running` (or the reconciler moves an `unknown` one).
+    """Write one decision about a task, inside the caller's transaction: every exit from `running` but a
+    worker's success (`succeed_in`), and the reconciler's moves of an `unknown` one.
 
     A worker that lost its lease writes nothing (`LeaseLost`), except what was paid for: a success
     keeps its asset indexed and its input released (`Applied.lost`, for the caller to raise after the

@@ -195,46 +195,42 @@ BEGIN
         PERFORM input_calls_release(t.fingerprint, p_lease_token);
     END IF;
 
-    -- the fence: still running under our lease, and no cancel requested meanwhile
-    UPDATE tasks x SET status = 'succeeded', lease_token = NULL, lease_until = NULL, updated_at = now(),
-           asset_sha256 = p_sha256, last_error = NULL, last_error_code = NULL, waiting_for = NULL
+    -- the fence: still running under our lease; a cancel requested meanwhile wins
+    UPDATE tasks x
+       SET status = CASE WHEN v.cancel_requested_at IS NULL THEN 'succeeded' ELSE 'cancelled' END::task_status,
+           asset_sha256 = CASE WHEN v.cancel_requested_at IS NULL THEN p_sha256 ELSE x.asset_sha256 END,
+           lease_token = NULL, lease_until = NULL, updated_at = now(), last_error = NULL, last_error_code = NULL,
+           waiting_for = NULL
+    FROM versions v
     WHERE x.id = p_task_id AND x.status = 'running' AND x.lease_token = p_lease_token
-      AND NOT EXISTS (SELECT 1 FROM versions v WHERE v.content_id = x.content_id AND v.version = x.version
-                        AND v.cancel_requested_at IS NOT NULL)
+      AND v.content_id = x.content_id AND v.version = x.version
     RETURNING x.* INTO moved;
-    IF FOUND THEN
-        status := 'succeeded';
+    unblocked := '{}';
+    IF NOT FOUND THEN   -- lost: someone else holds or ended the task
+        status := 'lost';
+        SELECT x.status::text INTO current FROM tasks x WHERE x.id = p_task_id;
+    ELSE
+        status := moved.status::text;
         INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
                             lease_token, reason, details)
-        VALUES (moved.id, moved.content_id, moved.version, 'transition', 'running', 'succeeded', p_actor,
-                moved.attempts, p_lease_token, p_reason, p_details);
-        SELECT coalesce(array_agg(q ORDER BY q), '{}') INTO unblocked FROM outbox_add_unblocked(p_task_id) AS q;
-    ELSE
-        -- lost: to a cancel (then the worker cancels the task, as it would have) or to someone else
-        UPDATE tasks x SET status = 'cancelled', lease_token = NULL, lease_until = NULL, updated_at = now(),
-               last_error = NULL, last_error_code = NULL, waiting_for = NULL
-        WHERE x.id = p_task_id AND x.status = 'running' AND x.lease_token = p_lease_token
-        RETURNING x.* INTO moved;
-        IF FOUND THEN
-            status := 'cancelled';
-            INSERT INTO events (task_id, content_id, version, action, from_status, to_status, actor, attempt,
-                                lease_token, reason, details)
-            VALUES (moved.id, moved.content_id, moved.version, 'transition', 'running', 'cancelled', p_actor,
-                    moved.attempts, p_lease_token, 'version cancelled', NULL);
-        ELSE
-            status := 'lost';
-            SELECT x.status::text INTO current FROM tasks x WHERE x.id = p_task_id;
+        VALUES (moved.id, moved.content_id, moved.version, 'transition', 'running', moved.status, p_actor,
+                moved.attempts, p_lease_token,
+                CASE WHEN moved.status = 'succeeded' THEN p_reason ELSE 'version cancelled' END,
+                CASE WHEN moved.status = 'succeeded' THEN p_details END);
+        IF moved.status = 'succeeded' THEN
+            SELECT coalesce(array_agg(q ORDER BY q), '{}') INTO unblocked FROM outbox_add_unblocked(p_task_id) AS q;
         END IF;
-        unblocked := '{}';
     END IF;
 
     IF p_ledger IS NOT NULL THEN   -- the call was made: its row in the ledger, whatever became of the lease
         INSERT INTO provider_calls (task_id, attempt, provider, model, idempotency_key, outcome, http_status,
                                     latency_ms, cost, estimated_cost, reported_cost, list_cost, usage, batch_id)
-        VALUES (p_task_id, (p_ledger->>'attempt')::int, p_ledger->>'provider', p_ledger->>'model', p_ledger->>'idempotency_key',
+        VALUES (p_task_id, (p_ledger->>'attempt')::int, p_ledger->>'provider', p_ledger->>'model',
+                p_ledger->>'idempotency_key',
                 p_ledger->>'outcome', (p_ledger->>'http_status')::int, (p_ledger->>'latency_ms')::int,
                 (p_ledger->>'cost')::numeric, (p_ledger->>'estimated_cost')::numeric,
-                (p_ledger->>'reported_cost')::numeric, (p_ledger->>'list_cost')::numeric, nullif(p_ledger->'usage', 'null'),
+                (p_ledger->>'reported_cost')::numeric, (p_ledger->>'list_cost')::numeric,
+                nullif(p_ledger->'usage', 'null'),
                 (p_ledger->>'batch_id')::bigint);
     END IF;
     woken := '{}';
@@ -244,5 +240,18 @@ BEGIN
         SELECT coalesce(array_agg(w), '{}') INTO woken FROM wake_slot_waiters(t.kind, p_slots, p_bulk_slots) AS w;
     END IF;
     RETURN NEXT;
+END
+$$;
+
+-- wake_slot_waiters returns at once when no task of the kind waits for a slot (asked through the partial index
+-- tasks_waiting_for_slot), as after nearly every call: the counts of free slots and due waiters (0019's body, now
+-- wake_slot_waiters_counted) then cost the completion for nothing.
+ALTER FUNCTION wake_slot_waiters(task_kind, text, integer) RENAME TO wake_slot_waiters_counted;
+CREATE FUNCTION wake_slot_waiters(p_kind task_kind, p_provider text, p_bulk_slots integer)
+RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM tasks WHERE kind = p_kind AND status = 'retry' AND waiting_for = 'slot') THEN
+        RETURN QUERY SELECT * FROM wake_slot_waiters_counted(p_kind, p_provider, p_bulk_slots);
+    END IF;
 END
 $$;
