@@ -169,8 +169,8 @@ def _python_commit_rate(stack: Stack, clients: int, seconds: float) -> float:
 
 
 def durable_write_rate(directory: Path, seconds: float = 2.0) -> float:
-    """receipts.durable.write_atomic of a 300-byte file per second (two fsyncs each) in `directory`."""
-    from receipts.durable import write_atomic
+    """receipts.objects.write_atomic of a 300-byte file per second (two fsyncs each) in `directory`."""
+    from receipts.objects import write_atomic
     directory.mkdir(parents=True, exist_ok=True)
     n, start = 0, time.monotonic()
     while time.monotonic() - start < seconds:
@@ -205,7 +205,7 @@ def print_limits(stack: Stack, seconds: float = 5.0) -> dict[str, float]:
     say(table(["physical limit (same run)", "value", "measured with"],
               [["PostgreSQL single-row INSERT commits per second, 1 connection", one, how],
                ["PostgreSQL single-row INSERT commits per second, 4 connections", four, how],
-               ["durable file writes per second (write_atomic: 2 fsyncs each)", files, "receipts.durable"],
+               ["durable file writes per second (write_atomic: 2 fsyncs each)", files, "receipts.objects"],
                ["CPU ms to create (and remove) one empty file", create, "os.open, os.unlink"],
                ["CPU ms of one stat", stat, "os.stat"]], digits=3))
     return {"commits_1": one, "commits_4": four, "file_writes": files, "create_ms": create, "stat_ms": stat}

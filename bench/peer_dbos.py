@@ -2,7 +2,7 @@
 """DBOS Transact's side of bench/peers.py, run under .venv-peers (bench/requirements-peers.txt).
 
 Each task is a DBOS workflow doing the durable work a media task of ours does, with the same file writes as
-bench/peer_procrastinate.py (receipts/durable.py: temp file, fsync, rename, fsync of the directory), each a
+bench/peer_procrastinate.py (receipts/objects.py, write_atomic: temp file, fsync, rename, fsync of the directory), each a
 DBOS step, so DBOS checkpoints it in its system tables in PostgreSQL: the intent record; the instant
 provider's call with its bytes stored under their sha256 (one step, so the bytes are on disk before the
 step's checkpoint commits and the checkpoint holds only the digest); the result record. The workflow's
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 import sqlalchemy as sa  # noqa: E402
 from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions  # noqa: E402
 
-from receipts.durable import make_dirs, write_atomic  # noqa: E402
+from receipts.objects import make_dirs, write_atomic  # noqa: E402
 
 URL = os.environ["PEER_DATABASE_URL"]
 WORK = Path(os.environ["PEER_WORK_DIR"])

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Procrastinate's side of bench/peers.py, run under .venv-peers (bench/requirements-peers.txt).
 
-Each job does the durable work a media task of ours does, with the same file writes (receipts/durable.py:
+Each job does the durable work a media task of ours does, with the same file writes (receipts/objects.py, write_atomic:
 temp file, fsync, rename, fsync of the directory): an intent record, the instant provider's bytes (unique
 to the job) stored under their sha256, a result record; the job's completion is Procrastinate's own, in
 PostgreSQL. Procrastinate is used as its documentation sets it up: `App(connector=PsycopgConnector(...))`,
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import procrastinate  # noqa: E402
 
-from receipts.durable import make_dirs, write_atomic  # noqa: E402
+from receipts.objects import make_dirs, write_atomic  # noqa: E402
 
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=os.environ["PEER_DATABASE_URL"]))
 WORK = Path(os.environ["PEER_WORK_DIR"])

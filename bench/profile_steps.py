@@ -33,7 +33,7 @@ def _kind(path: list[tuple[str, str]]) -> str:
             return "PostgreSQL (psycopg calls, incl. waiting)"
         if "/redis/" in file_path:
             return "Redis (redis-py calls, incl. waiting)"
-        if file_path.endswith("receipts/durable.py") or function == "_fsync":
+        if function in ("write_atomic", "fsync_dir", "make_dirs", "_fsync"):
             return "durable file writes (incl. fsync)"
         if "/rq/" in file_path:
             return "RQ code"

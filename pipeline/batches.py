@@ -41,6 +41,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db, spend, tasks
+from pipeline.core import prices
 from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
@@ -74,7 +75,7 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
         row = db.one(conn, "batch_lines_enlist", {
             "task_id": task.id, "lease_token": task.lease_token, "line_token": token, "custom_id": key,
             "body": Jsonb(body), "model": data["model"], "estimate": booking.cost if booking else 0.0,
-            "list_cost": spend.estimate(cfg.image, "image", data), "booked_provider": booking.provider if booking else None,
+            "list_cost": prices.estimate(cfg.image, "image", data), "booked_provider": booking.provider if booking else None,
             "booked_day": booking.day if booking else None})
         if row is None and booking is not None:
             spend.refund_in(conn, booking)
@@ -242,7 +243,7 @@ class Batcher:
                 self._settle_failure(line, Ambiguous(f"the batch line's answer is unusable: {exc}"), "failed",
                                      dict(record, outcome="ambiguous", cost=float(line["estimate"])))
                 return
-            figure = spend.reported(self.cfg.image, "image", line["input"], answer.metadata, batch=True)
+            figure = prices.reported(self.cfg.image, "image", line["input"], answer.metadata, batch=True)
             asset = keep_result(self.store, self.book, line["task_id"], line["attempt"], line["lease_token"],
                                 answer, 0)
             also = LineSettlement(line, "succeeded", dict(record, outcome="succeeded", reported_cost=figure,

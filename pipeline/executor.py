@@ -21,8 +21,8 @@ from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, spend, storage
-from pipeline.core import policy
+from pipeline import bundle, storage
+from pipeline.core import policy, prices
 from pipeline.core.errors import ConfigError, PipelineError, ProviderError, Transient
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Asset, Task
@@ -127,7 +127,7 @@ class ProviderExecutor:
         except OSError as exc:   # a full disk, an unreachable bucket: no receipt, so no call
             raise Transient(f"could not write the intent receipt, so the provider was not called: {exc}") from exc
         started = time.monotonic()
-        estimate = spend.estimate(settings, task.kind, task.input)
+        estimate = prices.estimate(settings, task.kind, task.input)
         record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key,
                       estimated_cost=estimate, list_cost=estimate)
         try:
@@ -145,7 +145,7 @@ class ProviderExecutor:
         asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
         # The ledger row is written with the outcome (slots.settle); the receipts are the durable record of the call.
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
-        figure = None if call.replay else spend.reported(settings, task.kind, task.input, result.metadata)
+        figure = None if call.replay else prices.reported(settings, task.kind, task.input, result.metadata)
         call.ledger = dict(record, outcome="replayed" if call.replay else "succeeded", http_status=200,
                                  latency_ms=elapsed, reported_cost=figure, usage=result.metadata.get("usage"),
                                  cost=0.0 if call.replay else (estimate if figure is None else figure))

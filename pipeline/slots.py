@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from pipeline import db, spend
+from pipeline.core import prices
 from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
@@ -89,11 +90,11 @@ class SlotTable:
 
     def taken(self, task: Task, cfg: Settings, row: dict) -> Call:
         """The call the claim took (`attempt_claim`'s row); SlotsBusy or Busy when it took nothing."""
-        p: ProviderSettings = getattr(cfg, task.kind)
-        name = self._in_claim[task.kind]["slots"]
+        took = self._in_claim[task.kind]
         if row["slot"] is not None:
-            return Call(name, row["slot"], task.lease_token, p.bulk_slots)
-        return self._refusal(name, p, task.lane, row["slot_free"], row["rate_seconds_left"], cfg.slot_wait_seconds)
+            return Call(took["slots"], row["slot"], task.lease_token, took["bulk_max"])
+        return self._refusal(took["slots"], getattr(cfg, task.kind), task.lane, row["slot_free"],
+                             row["rate_seconds_left"], cfg.slot_wait_seconds)
 
     def _refusal(self, provider: str, p: ProviderSettings, lane: str, slot_free: bool, seconds_left,
                  wait_seconds: float):
@@ -136,9 +137,9 @@ def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, 
         with conn.transaction():   # a savepoint: a refused booking leaves the claim intact
             return Call(booking=spend.book(conn, provider, task.content_id, p, cfg.content_budget,
                                            cfg.budget_recheck_seconds,
-                                           cost=spend.estimate(p, task.kind, task.input, batch=True)))
+                                           cost=prices.estimate(p, task.kind, task.input, batch=True)))
     replay = p.honours_idempotency_key and spend.key_charged(conn, idempotency_key(task.fingerprint, task.id))
-    cost = spend.estimate(p, task.kind, task.input)
+    cost = prices.estimate(p, task.kind, task.input)
     name = slots_of(provider, task.kind)
     slot, booking = table.hold(conn, name, p, lambda c: None if replay else spend.book(
         c, provider, task.content_id, p, cfg.content_budget, cfg.budget_recheck_seconds, cost=cost),

@@ -20,7 +20,6 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db
-from pipeline.core import prices
 from pipeline.core.errors import BudgetReached
 from pipeline.core.records import Task
 from pipeline.settings import ProviderSettings, Settings
@@ -32,31 +31,6 @@ class Booking:
     day: date
     cost: float
     content_id: int
-
-
-def estimate(p: ProviderSettings, kind: str, data: dict, *, batch: bool = False) -> float:
-    """What one call for a task's input `data` is booked at: *_COST_PER_CALL when set (half of it for a batch
-    line), else the price table's figure for the input's model, size and quality (speech: its length)."""
-    if p.priced_by != "table":
-        return round(p.cost_per_call * (prices.BATCH_DISCOUNT if batch else 1.0), 6)
-    model = data.get("model") or p.model
-    if kind == "image":
-        quality = (data.get("options") or {}).get("quality") or dict(p.options).get("quality")
-        cost = prices.image_estimate(model, data.get("size") or p.size, quality, batch=batch)
-    else:
-        cost = prices.speech_estimate(model, len(data.get("text", "")), batch=batch)
-    return p.cost_per_call if cost is None else cost
-
-
-def reported(p: ProviderSettings, kind: str, data: dict, metadata: dict, *, batch: bool = False) -> float | None:
-    """What the provider's answer says the call cost, priced by the table (None: it says nothing we can price,
-    or the cost is set by *_COST_PER_CALL)."""
-    if p.priced_by != "table":
-        return None
-    model = data.get("model") or p.model
-    if kind == "image":
-        return prices.image_reported(model, metadata.get("usage"), batch=batch)
-    return prices.speech_reported(model, len(data.get("text", "")), metadata.get("duration_ms"))
 
 
 def settle(conn: psycopg.Connection, booking: Booking, figure: float) -> None:

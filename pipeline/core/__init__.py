@@ -9,6 +9,8 @@ outcome is written.
 
 * `errors`: the pipeline's exception tree, and the providers' vocabulary it speaks;
 * `states`: task statuses and kinds, the transition table and `check_transition`;
+* `lease`: who may claim a task, and where a worker's fenced success leaves it (the specification of
+  the PostgreSQL functions `attempt_claim` and `attempt_succeed`);
 * `outcome`: `Outcome`, one decision about a task, and `Reason`, the code it carries;
 * `policy`: what a failed attempt turns into, what a call's error means for money;
 * `recovery`: what the reconciler does with a task, from the evidence it gathered;

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 PUBLISHED = "2026-12-01"
 BATCH_DISCOUNT = 0.5
@@ -132,3 +133,38 @@ def speech_reported(model: str, chars: int, duration_ms: int | None) -> float | 
     if name in SPEECH_PER_MINUTE and duration_ms:
         return round(duration_ms / 60_000 * SPEECH_PER_MINUTE[name], 6)
     return None
+
+
+class Priced(Protocol):
+    """How a provider's calls are priced (its settings, pipeline.settings.ProviderSettings)."""
+
+    priced_by: str          # "table": by this module's table; otherwise by cost_per_call
+    cost_per_call: float
+    model: str
+    size: str
+    options: tuple
+
+
+def estimate(p: Priced, kind: str, data: dict, *, batch: bool = False) -> float:
+    """What one call for a task's input `data` is booked at: *_COST_PER_CALL when set (half of it for a batch
+    line), else the price table's figure for the input's model, size and quality (speech: its length)."""
+    if p.priced_by != "table":
+        return round(p.cost_per_call * (BATCH_DISCOUNT if batch else 1.0), 6)
+    model = data.get("model") or p.model
+    if kind == "image":
+        quality = (data.get("options") or {}).get("quality") or dict(p.options).get("quality")
+        cost = image_estimate(model, data.get("size") or p.size, quality, batch=batch)
+    else:
+        cost = speech_estimate(model, len(data.get("text", "")), batch=batch)
+    return p.cost_per_call if cost is None else cost
+
+
+def reported(p: Priced, kind: str, data: dict, metadata: dict, *, batch: bool = False) -> float | None:
+    """What the provider's answer says the call cost, priced by the table (None: it says nothing we can price,
+    or the cost is set by *_COST_PER_CALL)."""
+    if p.priced_by != "table":
+        return None
+    model = data.get("model") or p.model
+    if kind == "image":
+        return image_reported(model, metadata.get("usage"), batch=batch)
+    return speech_reported(model, len(data.get("text", "")), metadata.get("duration_ms"))

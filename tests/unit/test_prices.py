@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline import settings, spend
+from pipeline import settings
 from pipeline.core import prices
 from pipeline.core.errors import ConfigError
 
@@ -41,11 +41,11 @@ def test_the_table_prices_a_paid_provider_and_a_setting_overrides_it():
     assert table.image.priced_by == "table" and table.image.cost_per_call == 0.167
     low = settings.load({**OPENAI, "IMAGE_QUALITY": "low"})
     assert low.image.cost_per_call == 0.011
-    assert spend.estimate(low.image, "image", {"model": "gpt-image-1", "size": "1024x1024"}, batch=True) == 0.0055
+    assert prices.estimate(low.image, "image", {"model": "gpt-image-1", "size": "1024x1024"}, batch=True) == 0.0055
     fixed = settings.load({**OPENAI, "IMAGE_COST_PER_CALL": "0.2"})
     assert fixed.image.priced_by == "IMAGE_COST_PER_CALL"
-    assert spend.estimate(fixed.image, "image", {}, batch=True) == 0.1
-    assert spend.reported(fixed.image, "image", {}, {"usage": {"output_tokens": 1}}) is None
+    assert prices.estimate(fixed.image, "image", {}, batch=True) == 0.1
+    assert prices.reported(fixed.image, "image", {}, {"usage": {"output_tokens": 1}}) is None
 
 
 def test_a_budget_on_a_model_the_table_does_not_know_needs_a_cost():
