@@ -20,6 +20,7 @@ from pipeline.core import prices
 from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
+from pipeline.core.states import MEDIA_KINDS, TaskKind
 from pipeline.core.lanes import BULK, INTERACTIVE
 from pipeline.settings import ProviderSettings, Settings
 
@@ -48,7 +49,7 @@ def slots_of(provider_name: str, kind: str) -> str:
 
 def batched(cfg: Settings, task: Task) -> bool:
     """Whether the task's call goes into a Batch API job (IMAGE_BULK_BACKEND=batch, a bulk-lane image)."""
-    return cfg.image_bulk_backend == "batch" and task.kind == "image" and task.lane == BULK
+    return cfg.image_bulk_backend == "batch" and task.kind == TaskKind.IMAGE and task.lane == BULK
 
 
 def taken_in_claim(cfg: Settings, kind: str) -> bool:
@@ -56,7 +57,7 @@ def taken_in_claim(cfg: Settings, kind: str) -> bool:
     else, no booking (it costs nothing against a limit) and no look at the ledger (its key is not replayed)."""
     p: ProviderSettings = getattr(cfg, kind)
     return (p.priced_by != "table" and p.cost_per_call <= 0 and not p.honours_idempotency_key
-            and not (cfg.image_bulk_backend == "batch" and kind == "image"))
+            and not (cfg.image_bulk_backend == "batch" and kind == TaskKind.IMAGE))
 
 
 @dataclass
@@ -72,7 +73,7 @@ class SlotTable:
         (JSON: kind -> slots' name, slots, the bulk lane's slots, rate, hold); their slot rows are made first."""
         if self._in_claim is None:
             calls = {}
-            for kind in ("image", "tts"):
+            for kind in MEDIA_KINDS:
                 if not taken_in_claim(cfg, kind):
                     continue
                 p: ProviderSettings = getattr(cfg, kind)

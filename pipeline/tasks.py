@@ -32,7 +32,7 @@ from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset, Task, clip
-from pipeline.core.states import UNFINISHED, TaskStatus, check_transition
+from pipeline.core.states import UNFINISHED, TaskKind, TaskStatus, check_transition
 from pipeline.settings import Settings
 
 S = TaskStatus
@@ -131,7 +131,7 @@ def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor
 
 def release_input(conn: psycopg.Connection, task: Task) -> None:
     """Give up the hold on the task's input (nothing is in flight) and wake the tasks waiting for it."""
-    if task.kind == "bundle":
+    if task.kind == TaskKind.BUNDLE:
         return
     with conn.transaction():
         _release_input_in(conn, task)
@@ -139,7 +139,7 @@ def release_input(conn: psycopg.Connection, task: Task) -> None:
 
 def _release_input_in(conn: psycopg.Connection, task: Task) -> None:
     """`release_input` in the caller's transaction (a savepoint would cost a transaction id of its own)."""
-    if task.kind != "bundle":
+    if task.kind != TaskKind.BUNDLE:
         db.execute(conn, "input_calls_release", {"fingerprint": task.fingerprint, "lease_token": task.lease_token})
 
 
@@ -211,7 +211,7 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     if outcome.to is TaskStatus.RETRY:
         db.execute(conn, "outbox_add", {"task_id": seen.task_id, "lane": None,   # the version's lane
                                         "available_at": outcome.available_at})
-    if outcome.code is decide.Reason.REFUSED and seen.kind != "bundle":
+    if outcome.code is decide.Reason.REFUSED and seen.kind != TaskKind.BUNDLE:
         db.execute(conn, "refused_inputs_add", {"fingerprint": seen.fingerprint, "task_id": seen.task_id,
                                                 "message": clip(outcome.reason)})
     if outcome.dead_letter:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.core.errors import InvalidInput
-from pipeline.core.states import KINDS
+from pipeline.core.states import KINDS, TaskKind
 
 INTERACTIVE, BULK = LANES = ("interactive", "bulk")
 
@@ -55,11 +55,11 @@ def workers(cfg: "Settings", kind: str) -> int:
     worker-<kind>, printed by bin/workers): by default the provider's concurrency less the interactive
     pool, at least one, so the two pools together have one worker per call slot and none of them waits
     for a slot it could not take."""
-    if kind == "image":
+    if kind == TaskKind.IMAGE:
         return cfg.image_workers or max(1, cfg.image.max_concurrency - interactive_workers(cfg, kind))
-    if kind == "tts":
+    if kind == TaskKind.TTS:
         return cfg.tts_workers or max(1, cfg.tts.max_concurrency - interactive_workers(cfg, kind))
-    if kind == "bundle":
+    if kind == TaskKind.BUNDLE:
         return cfg.bundle_workers
     raise ValueError(f"unknown kind {kind!r}")
 
@@ -67,11 +67,11 @@ def workers(cfg: "Settings", kind: str) -> int:
 def interactive_workers(cfg: "Settings", kind: str) -> int:
     """Worker processes of one kind on one machine that listen to the interactive queue only (the
     Procfile's worker-<kind>-interactive): by default one per reserved call slot, at least one."""
-    if kind == "image":
+    if kind == TaskKind.IMAGE:
         return cfg.image_interactive_workers or max(1, cfg.image.reserved_slots)
-    if kind == "tts":
+    if kind == TaskKind.TTS:
         return cfg.tts_interactive_workers or max(1, cfg.tts.reserved_slots)
-    if kind == "bundle":
+    if kind == TaskKind.BUNDLE:
         return cfg.bundle_interactive_workers
     raise ValueError(f"unknown kind {kind!r}")
 
@@ -81,8 +81,8 @@ def bulk_depth(cfg: "Settings", kind: str) -> int:
     between two refills, few enough that a content arriving later gets its turn soon."""
     if cfg.bulk_queue_depth:
         return cfg.bulk_queue_depth
-    concurrency = {"image": cfg.image.max_concurrency, "tts": cfg.tts.max_concurrency,
-                   "bundle": cfg.bundle_workers}
+    concurrency = {TaskKind.IMAGE: cfg.image.max_concurrency, TaskKind.TTS: cfg.tts.max_concurrency,
+                   TaskKind.BUNDLE: cfg.bundle_workers}
     if kind not in concurrency:
         raise ValueError(f"unknown kind {kind!r}")
     return 2 * concurrency[kind]
