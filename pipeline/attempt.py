@@ -1,13 +1,14 @@
 """One attempt of one task, from its RQ message to its written outcome: `run_task(task_id)`, the RQ job.
 
 The attempt reads top to bottom here (docs/architecture.md, "An attempt"): `claim` takes the task under a
-new lease in one transaction, with the hold on its input's one paid call and what its call needs
-(`pipeline.slots.take`); the attempt then reuses the asset its input already has, or parks behind the
-task that holds the input, or checks its lease and hands the work to the process's executor
-(`pipeline.executor`); `_finish` writes the outcome (`pipeline.tasks`) with what the call owes
-(`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its lease, what the
-claim found and the call it took. A message carries only the task id: a duplicate or early message
-claims nothing and returns. The job's return value carries no business state.
+new lease in one statement (`attempt_claim`), with the hold on its input's one paid call and, when its call
+needs no booking, its call slot; the attempt then reuses the asset its input already has, or parks behind the
+task that holds the input, or takes what its call still needs (`pipeline.slots.take`), checks its lease and
+hands the work to the process's executor (`pipeline.executor`); `_succeed` writes a success with what the call
+owes in one statement (`tasks.succeed`, `attempt_succeed`), `_finish` any other outcome (`pipeline.tasks`)
+with what the call owes (`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its
+lease, what the claim found and the call it took. A message carries only the task id: a duplicate or early
+message claims nothing and returns. The job's return value carries no business state.
 """
 
 from __future__ import annotations
