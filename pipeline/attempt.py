@@ -195,17 +195,20 @@ def claim(rt: runtime.Runtime, task_id: int, job_id: str | None = None) -> Attem
 
 
 def _claim_once(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
-    """The claim as one statement (`attempt_claim`): the move to `running` under a new lease, the hold on the
+    """The claim as one statement (`attempt_claim`) in its own transaction: the move to `running` under a new lease, the hold on the
     input's one paid call, the input's stored asset and the provider's earlier refusal of it and, for a task that
     holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and rate token."""
     cfg, token = rt.settings, uuid.uuid4()
     check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
     check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
     calls = rt.slot_table.in_claim(conn, cfg, rt.executor.provider_name)
-    row = db.one(conn, "tasks_claim", {
-        "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
-        "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
-        "calls": calls})
+    # Not a lone autocommit statement: its COMMIT goes only once the answer is read, so a worker that dies while
+    # its claim waits (on a lock, a slow server) leaves nothing claimed and no attempt spent.
+    with conn.pipeline(), conn.transaction():
+        row = db.one(conn, "tasks_claim", {
+            "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
+            "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
+            "calls": calls})
     if row is None:
         return None
     task = Task.from_row(row)
