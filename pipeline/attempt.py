@@ -195,36 +195,39 @@ def claim(rt: runtime.Runtime, task_id: int, job_id: str | None = None) -> Attem
 
 
 def _claim_once(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
-    """The claim as one statement (`attempt_claim`) in its own transaction: the move to `running` under a new lease, the hold on the
-    input's one paid call, the input's stored asset and the provider's earlier refusal of it and, for a task that
-    holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and rate token."""
+    """The claim as one statement (`attempt_claim`) in its own transaction: the move to `running` under a new lease,
+    the hold on the input's one paid call, the input's stored asset and the provider's earlier refusal of it and,
+    for a task that holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and
+    rate token; a call that needs a booking takes all it needs in the same transaction (`slots.take`)."""
     cfg, token = rt.settings, uuid.uuid4()
     check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
     check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
-    calls = rt.slot_table.in_claim(conn, cfg, rt.executor.provider_name)
-    # Not a lone autocommit statement: its COMMIT goes only once the answer is read, so a worker that dies while
-    # its claim waits (on a lock, a slow server) leaves nothing claimed and no attempt spent.
+    # Its COMMIT goes only once the answer is read (not a lone autocommit statement, which commits even when its
+    # client died while it waited): a worker that dies while its claim waits leaves nothing claimed.
     with conn.pipeline(), conn.transaction():
         row = db.one(conn, "tasks_claim", {
             "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
             "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
-            "calls": calls})
-    if row is None:
-        return None
-    task = Task.from_row(row)
-    stored = None if row["stored_sha256"] is None else Asset(
-        row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
-        row["stored_height"], row["stored_duration_ms"])
-    attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
-    if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
-        attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
-                                  f"{row['refused_message']}; edit the block, or retry the task to send it again")
-    elif stored is None and attempt.holds_input and slots.taken_in_claim(cfg, task.kind):
-        try:
-            attempt.call = rt.slot_table.taken(task, cfg, row)
-        except Busy as exc:   # nothing was taken (SlotsBusy is a Busy); the claim stands and fails below
-            attempt.refused = exc
-    return attempt
+            "calls": rt.slot_table.in_claim(cfg, rt.executor.provider_name)})
+        if row is None:
+            return None
+        task = Task.from_row(row)
+        stored = None if row["stored_sha256"] is None else Asset(
+            row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
+            row["stored_height"], row["stored_duration_ms"])
+        attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
+        if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
+            attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
+                                      f"{row['refused_message']}; edit the block, or retry the task to send it again")
+        elif stored is None and attempt.holds_input:   # a bundle holds no input
+            try:
+                if slots.taken_in_claim(cfg, task.kind):
+                    attempt.call = rt.slot_table.taken(task, cfg, row)
+                else:
+                    attempt.take_call(conn)
+            except Busy as exc:   # nothing was taken (SlotsBusy and BudgetReached are Busy); the claim stands
+                attempt.refused = exc
+        return attempt
 
 
 def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Connection], T]) -> T:

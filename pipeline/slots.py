@@ -68,19 +68,18 @@ class SlotTable:
     _in_claim: dict | None = None                 # kind -> what the claim takes for its call, once asked
     _in_claim_json: str = "{}"
 
-    def in_claim(self, conn: psycopg.Connection, cfg: Settings, provider_name) -> str:
+    def in_claim(self, cfg: Settings, provider_name) -> str:
         """What the claim takes for each kind whose call it takes (`taken_in_claim`), as `attempt_claim` reads it
-        (JSON: kind -> slots' name, slots, the bulk lane's slots, rate, hold); their slot rows are made first."""
+        (JSON: kind -> slots' name, slots, the bulk lane's slots, rate, hold); the function makes missing slot
+        rows itself."""
         if self._in_claim is None:
             calls = {}
             for kind in MEDIA_KINDS:
                 if not taken_in_claim(cfg, kind):
                     continue
                 p: ProviderSettings = getattr(cfg, kind)
-                name = slots_of(provider_name(kind), kind)
-                self._ensure(conn, name, p.max_concurrency)
-                calls[kind] = {"slots": name, "max": p.max_concurrency, "bulk_max": p.bulk_slots,
-                               "rate": p.rate_per_minute, "hold_seconds": p.call_timeout + 30}
+                calls[kind] = {"slots": slots_of(provider_name(kind), kind), "max": p.max_concurrency,
+                               "bulk_max": p.bulk_slots, "rate": p.rate_per_minute, "hold_seconds": p.call_timeout + 30}
             self._in_claim, self._in_claim_json = calls, json.dumps(calls)
         return self._in_claim_json
 
@@ -101,7 +100,6 @@ class SlotTable:
                  wait_seconds: float):
         if not slot_free:
             self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
-            self._in_claim = None
             usable = p.bulk_slots if lane == BULK else p.max_concurrency
             which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
                      else f"all {usable} call slots are in use")

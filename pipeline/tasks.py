@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -292,10 +291,10 @@ def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str
 
 def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, call: slots.Call | None = None,
             **how) -> Success:
-    """`succeed_in` in a transaction of its own: on an autocommit connection, when nothing is written with it (no
-    reuse, no booking), one statement. LeaseLost after the commit when the lease was lost."""
-    alone = conn.autocommit and how.get("reused_from") is None and (call is None or call.booking is None)
-    with nullcontext() if alone else conn.transaction():
+    """`succeed_in` in a transaction of its own, whose COMMIT is sent once the answer is read: a worker that dies
+    while its success waits (on a lock, a slow server) commits nothing, and the reconciler decides from the
+    receipts. LeaseLost after the commit when the lease was lost."""
+    with conn.pipeline(), conn.transaction():
         done = succeed_in(conn, task, asset, actor=actor, call=call, **how)
     if done.lost is not None:
         raise done.lost

@@ -4,7 +4,8 @@
 -- drives the same cases through both and requires the same decisions.
 
 -- The steps the worker's statements and these functions share, each written once as a function named as its
--- query (pipeline/queries): input_calls_take, input_calls_release, provider_slot_and_rate_take, outbox_add_unblocked.
+-- query (pipeline/queries): input_calls_take, input_calls_release, provider_slot_and_rate_take,
+-- provider_slots_ensure, outbox_add_unblocked.
 
 -- input_calls_take: hold the right to call for the input of a media task held under `p_lease_token`, unless the
 -- input already has a stored asset or a live holder has it (a holder is live while its lease is renewed, or while
@@ -68,6 +69,17 @@ RETURNS TABLE (slot integer, slot_free boolean, seconds_left double precision) L
         RETURNING s.slot
     )
     SELECT (SELECT taken.slot FROM taken), EXISTS (SELECT 1 FROM free), 60 - extract(second FROM now())::float8
+$$;
+
+-- provider_slots_ensure: make sure slots 1..max exist for a provider (made at its first call, and when its max
+-- grows; a look first, so the usual call writes nothing)
+CREATE FUNCTION provider_slots_ensure(p_provider text, p_max integer) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM provider_slots WHERE provider = p_provider AND slot = p_max) THEN
+        INSERT INTO provider_slots (provider, slot)
+        SELECT p_provider, n FROM generate_series(1, p_max) n ON CONFLICT DO NOTHING;
+    END IF;
+END
 $$;
 
 -- outbox_add_unblocked: a message for each waiting dependent of this task whose dependencies all succeeded; the
@@ -153,6 +165,7 @@ BEGIN
 
     call := p_calls -> t.kind::text;
     IF call IS NOT NULL AND holder = t.id AND stored_sha256 IS NULL AND refused_by IS NULL THEN
+        PERFORM provider_slots_ensure(call->>'slots', (call->>'max')::int);
         SELECT x.slot, x.slot_free, x.seconds_left FROM provider_slot_and_rate_take(
             call->>'slots', CASE WHEN v_lane = 'bulk' THEN (call->>'bulk_max')::int ELSE (call->>'max')::int END,
             v_lane <> 'bulk', t.kind, p_lease_token, (call->>'rate')::int, (call->>'hold_seconds')::float8) x

@@ -1,9 +1,7 @@
 -- Provider limits shared by every worker: call slots and calls per minute.
 
--- provider_slots_ensure: make sure slots 1..max exist for a provider (idempotent)
-INSERT INTO provider_slots (provider, slot)
-SELECT %(provider)s, n FROM generate_series(1, %(max)s) n
-ON CONFLICT DO NOTHING;
+-- provider_slots_ensure: make sure slots 1..max exist for a provider (idempotent; schema: provider_slots_ensure)
+SELECT provider_slots_ensure(%(provider)s, %(max)s);
 
 -- provider_slot_and_rate_take: hold a free slot among the first `max` and count one call in this minute's window,
 -- both or neither, for the attempt whose lease token is `holder` (schema: provider_slot_and_rate_take, which says
