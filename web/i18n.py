@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -144,6 +145,9 @@ def _write_atomically(path: Path, write) -> None:
         raise
 
 
+UNDATED = datetime(1970, 1, 1, tzinfo=timezone.utc)   # the creation date of a catalog whose file names none
+
+
 def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
     """Compile every `.po` under `folder` into the `.mo` beside it, writing only those that differ.
 
@@ -154,6 +158,10 @@ def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
     for po in sorted(folder.glob("*/LC_MESSAGES/*.po")):
         with po.open("rb") as source:
             catalog = read_po(source, locale=po.parts[-3])
+        if b"POT-Creation-Date:" not in po.read_bytes():
+            # Babel stamps a catalog without that header with the minute it reads it, so the same file compiled a
+            # minute later would differ and be written again: a fixed date keeps the output a function of the file
+            catalog.creation_date = UNDATED
         compiled = io.BytesIO()
         write_mo(compiled, catalog)
         mo = po.with_suffix(".mo")

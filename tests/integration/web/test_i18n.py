@@ -270,3 +270,19 @@ def test_a_compiled_catalog_the_app_cannot_write_stops_it_with_the_fix(tmp_path)
     with pytest.raises(ConfigError, match="must be writable"):
         i18n.compile_catalogs(tmp_path / "translations")
     assert sorted(p.name for p in folder.iterdir()) == ["messages.mo", "messages.po"]
+
+
+def test_a_compiled_catalog_does_not_depend_on_the_minute_it_was_compiled(tmp_path):
+    # given: a catalog whose file names no creation date, as ours do
+    folder = tmp_path / "translations"
+    po = WEB / "translations" / "zh_Hans" / "LC_MESSAGES" / "messages.po"
+    assert b"POT-Creation-Date:" not in po.read_bytes()
+    copy = folder / "zh_Hans" / "LC_MESSAGES" / "messages.po"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(po.read_bytes())
+    # when: it is compiled
+    i18n.compile_catalogs(folder)
+    # then: the compiled header carries the fixed date, not the clock's, so a compile a minute later is the same
+    from babel.messages.mofile import read_mo
+    with copy.with_suffix(".mo").open("rb") as mo:
+        assert read_mo(mo).creation_date == datetime(1970, 1, 1, tzinfo=ZoneInfo("UTC"))
