@@ -143,7 +143,8 @@ class ProviderExecutor:
             raise decided from exc
         elapsed = int((time.monotonic() - started) * 1000)
         asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
-        # The ledger row is written with the outcome (slots.settle); the receipts are the durable record of the call.
+        # The ledger row is written with the outcome (attempt_succeed, or slots.settle); the receipts are the durable
+        # record of the call.
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
         figure = None if call.replay else prices.reported(settings, task.kind, task.input, result.metadata)
         call.ledger = dict(record, outcome="replayed" if call.replay else "succeeded", http_status=200,
