@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psycopg
 
@@ -64,7 +64,6 @@ def taken_in_claim(cfg: Settings, kind: str) -> bool:
 class SlotTable:
     """Provider call slots and per-minute rate, shared through PostgreSQL by every worker (one per process)."""
 
-    _ensured: set = field(default_factory=set)   # (provider, max) whose slot rows exist
     _in_claim: dict | None = None                 # kind -> what the claim takes for its call, once asked
     _in_claim_json: str = "{}"
 
@@ -83,28 +82,13 @@ class SlotTable:
             self._in_claim, self._in_claim_json = calls, json.dumps(calls)
         return self._in_claim_json
 
-    def _ensure(self, conn: psycopg.Connection, provider: str, max_concurrency: int) -> None:
-        if (provider, max_concurrency) not in self._ensured:
-            db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": max_concurrency})
-            self._ensured.add((provider, max_concurrency))
-
     def taken(self, task: Task, cfg: Settings, row: dict) -> Call:
         """The call the claim took (`attempt_claim`'s row); SlotsBusy or Busy when it took nothing."""
         took = self._in_claim[task.kind]
         if row["slot"] is not None:
             return Call(took["slots"], row["slot"], task.lease_token, took["bulk_max"])
-        return self._refusal(took["slots"], getattr(cfg, task.kind), task.lane, row["slot_free"],
+        return _refusal(took["slots"], getattr(cfg, task.kind), task.lane, row["slot_free"],
                              row["rate_seconds_left"], cfg.slot_wait_seconds)
-
-    def _refusal(self, provider: str, p: ProviderSettings, lane: str, slot_free: bool, seconds_left,
-                 wait_seconds: float):
-        if not slot_free:
-            self._ensured.discard((provider, p.max_concurrency))   # a rolled-back ensure leaves no slot rows
-            usable = p.bulk_slots if lane == BULK else p.max_concurrency
-            which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
-                     else f"all {usable} call slots are in use")
-            raise SlotsBusy(f"{provider}: {which}", retry_after=wait_seconds)
-        raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached", retry_after=float(seconds_left))
 
     def hold(self, conn: psycopg.Connection, provider: str, p: ProviderSettings, book, *, kind: str,
              holder: uuid.UUID, lane: str = INTERACTIVE,
@@ -117,7 +101,7 @@ class SlotTable:
         reached: it waits for the next minute) or BudgetReached; then nothing is held or booked. A booking that can fail runs
         in a savepoint, so a refusal leaves the caller's transaction (the claim) intact.
         """
-        self._ensure(conn, provider, p.max_concurrency)
+        db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})   # looks first
         with conn.transaction() if p.cost_per_call > 0 or p.priced_by == "table" else nullcontext():
             usable = p.bulk_slots if lane == BULK else p.max_concurrency
             row = db.one(conn, "provider_slot_and_rate_take", {
@@ -125,7 +109,18 @@ class SlotTable:
                 "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
             if row["slot"] is not None:
                 return row["slot"], book(conn)
-        self._refusal(provider, p, lane, row["slot_free"], row["seconds_left"], wait_seconds)
+        _refusal(provider, p, lane, row["slot_free"], row["seconds_left"], wait_seconds)
+
+
+def _refusal(provider: str, p: ProviderSettings, lane: str, slot_free: bool, seconds_left,
+             wait_seconds: float) -> None:
+    """SlotsBusy (no usable slot was free) or Busy (the minute's rate was reached): nothing was taken."""
+    if not slot_free:
+        usable = p.bulk_slots if lane == BULK else p.max_concurrency
+        which = (f"none of the {usable} call slots the bulk lane may use is free to it" if lane == BULK
+                 else f"all {usable} call slots are in use")
+        raise SlotsBusy(f"{provider}: {which}", retry_after=wait_seconds)
+    raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached", retry_after=float(seconds_left))
 
 
 def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, provider: str) -> Call:

@@ -176,7 +176,6 @@ class Applied:
     status: TaskStatus | None            # where the task went; None when it was not as its mover saw it
     row: dict | None = None
     queued: psycopg.Cursor | None = None   # a success's outbox_add_unblocked, sent with the COMMIT
-    lost: LeaseLost | None = None        # a worker's success whose lease was lost: raise after the commit
 
     def unblocked(self) -> list[int]:
         """The outbox rows of dependents this success made runnable; read once the transaction ended."""
@@ -187,9 +186,8 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     """Write one decision about a task, inside the caller's transaction: every exit from `running` but a
     worker's success (`succeed_in`), and the reconciler's moves of an `unknown` one.
 
-    A worker that lost its lease writes nothing (`LeaseLost`), except what was paid for: a success
-    keeps its asset indexed and its input released (`Applied.lost`, for the caller to raise after the
-    commit), so newer work reuses the asset. If the lease was lost to a cancel, the task is cancelled.
+    A worker that lost its lease writes nothing (`LeaseLost`); if it was lost to a cancel, the task is cancelled.
+    A reconciler's success indexes the recovered asset for its input whatever happens to its move.
     """
     check_transition(seen.status, outcome.to, seen.by)
     with conn.pipeline():   # up to the move, one round trip: nothing before it needs an answer
@@ -240,11 +238,8 @@ def _not_moved(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: st
         if row is not None:
             return Applied(TaskStatus.CANCELLED, row)
     current = db.one(conn, "tasks_get", {"task_id": seen.task_id})
-    lost = LeaseLost(f"task {seen.task_id}: lease {seen.lease_token} is no longer current "
-                     f"(status {current['status']}); nothing was written")
-    if outcome.asset is None:
-        raise lost
-    return Applied(None, lost=lost)
+    raise LeaseLost(f"task {seen.task_id}: lease {seen.lease_token} is no longer current "
+                    f"(status {current['status']}); nothing was written")
 
 
 @dataclass(frozen=True)

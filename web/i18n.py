@@ -156,9 +156,9 @@ def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
     """
     written = []
     for po in sorted(folder.glob("*/LC_MESSAGES/*.po")):
-        with po.open("rb") as source:
-            catalog = read_po(source, locale=po.parts[-3])
-        if b"POT-Creation-Date:" not in po.read_bytes():
+        source = po.read_bytes()
+        catalog = read_po(io.BytesIO(source), locale=po.parts[-3])
+        if b"POT-Creation-Date:" not in source:
             # Babel stamps a catalog without that header with the minute it reads it, so the same file compiled a
             # minute later would differ and be written again: a fixed date keeps the output a function of the file
             catalog.creation_date = UNDATED
