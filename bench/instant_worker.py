@@ -4,8 +4,9 @@
 `--kind engine` runs the real job (`pipeline.attempt.run_task`) through the real `ProviderExecutor`
 (provider slots and rate in PostgreSQL, fsynced intent and result receipts, the asset stored in the
 content-addressed media store, the call ledger), with one change: the providers answer at once,
-in process, with a few hundred bytes unique to the request. `--kind plain` is a plain RQ worker of
-the same class for the baselines' jobs (bench/jobs.py).
+in process, with a few hundred bytes unique to the request; with `--class simple` (the default) it is the
+Procfile's worker class, `bin.worker.Worker`, and with `--class fork` RQ's forking `Worker`. `--kind plain`
+is a stock RQ worker of that class (`SimpleWorker` or `Worker`) for the baselines' jobs (bench/jobs.py).
 
 Options for measuring: `--stats FILE` writes how many fsync calls the process made and how long
 they took; `--profile FILE` profiles the whole worker with pyinstrument; `--calls-log FILE`
@@ -116,6 +117,8 @@ def main(argv: list[str]) -> int:
     url = os.environ["REDIS_URL"]
     connection = redis.Redis.from_url(url)
     cls = SimpleWorker if args.worker_class == "simple" else Worker
+    if args.kind == "engine" and args.worker_class == "simple":
+        from bin.worker import Worker as cls   # what the Procfile's pools run
     # our messages are JSON (pipeline.dispatch.SERIALIZER), as bin/worker.py reads them; plain RQ keeps its default
     serializer = {"serializer": dispatch.SERIALIZER} if args.kind == "engine" else {}
     worker = cls([Queue(q, connection=connection, **serializer) for q in args.queues.split(",")],
