@@ -15,7 +15,7 @@ starts the processes; this class only changes what a worker does before its firs
   waits for no connection either. A database that cannot be reached yet is not fatal: the job
   connects (and retries) as before.
 * A worker started while Redis is away waits for it (`wait_for_redis`) instead of exiting.
-* Messages are JSON, and a message that names anything but `pipeline.attempt.run_task(task_id)` is refused
+* Messages are JSON, and a message that names anything but `pipeline.attempt.run_task(*task_ids)` is refused
   without running (`refused`): whoever can write to Redis cannot run code on the workers.
 * No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
   in RQ, and `rq worker-pool` would otherwise fork a scheduler process per pool.
@@ -36,6 +36,7 @@ from PIL import Image
 
 from pipeline import attempt, dispatch, runtime  # noqa: F401 - imported before the pool forks (see above)
 from pipeline import executor  # noqa: F401 - the executor, likewise
+from pipeline.core.lanes import MOST_PER_MESSAGE
 from pipeline.log import log
 from providers import local_image, openai_http  # noqa: F401 - adapters the registry imports when built
 
@@ -54,15 +55,17 @@ def warm_up() -> None:
 
 
 def refused(job) -> str | None:
-    """Why a message may not run, or None: it must name pipeline.attempt.run_task and one integer task id."""
+    """Why a message may not run, or None: it must name pipeline.attempt.run_task and one to
+    MOST_PER_MESSAGE integer task ids."""
     try:
         name, args, kwargs = job.func_name, job.args, job.kwargs
     except DeserializationError:
         return "its payload is not JSON (a pickle?); messages of ours are JSON"
     if name != dispatch.JOB_FUNC:
         return f"it names {str(name)[:100]!r}; workers run only {dispatch.JOB_FUNC}"
-    if kwargs or len(args) != 1 or isinstance(args[0], bool) or not isinstance(args[0], int):
-        return f"{dispatch.JOB_FUNC} takes one task id"
+    if kwargs or not 1 <= len(args) <= MOST_PER_MESSAGE or any(isinstance(a, bool) or not isinstance(a, int)
+                                                             for a in args):
+        return f"{dispatch.JOB_FUNC} takes one to {MOST_PER_MESSAGE} task ids"
     return None
 
 
@@ -127,7 +130,7 @@ class Worker(SparseBookkeeping, SimpleWorker):
         return super().execute_job(job, queue)
 
     def perform_job(self, job, queue) -> bool:
-        """Run the job under RQ's time limit, set here from this worker's attempt ceiling.
+        """Run the job under RQ's time limit, set here from this worker's attempt ceiling (times the tasks it carries).
 
         The dispatcher enqueues jobs without a limit; the attempt ceiling (the call is given up,
         the lease no longer renewed) is what ends an attempt. This limit is the backstop for a
@@ -135,12 +138,13 @@ class Worker(SparseBookkeeping, SimpleWorker):
         on from its evidence once the lease runs out.
         """
         if not job.timeout or job.timeout < 0:
-            job.timeout = attempt.job_timeout(runtime.current().settings)
+            job.timeout = attempt.job_timeout(runtime.current().settings) * len(job.args)
         return super().perform_job(job, queue)
 
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
         warm_up()
+        runtime.current().stopping = lambda: self._stop_requested   # a job's untaken tasks go back when it is
         self.wait_for_redis()
         return super().work(*args, **kwargs)
 

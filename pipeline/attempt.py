@@ -1,4 +1,4 @@
-"""One attempt of one task, from its RQ message to its written outcome: `run_task(task_id)`, the RQ job.
+"""One attempt of one task, from its RQ message to its written outcome: `run_task(*task_ids)`, the RQ job.
 
 The attempt reads top to bottom here (docs/architecture.md, "An attempt"): `claim` takes the task under a
 new lease in one statement (`attempt_claim`), with the hold on its input's one paid call and, when its call
@@ -7,8 +7,9 @@ task that holds the input, or takes what its call still needs (`pipeline.slots.t
 hands the work to the process's executor (`pipeline.executor`); `_succeed` writes a success with what the call
 owes in one statement (`tasks.succeed`, `attempt_succeed`), `_finish` any other outcome (`pipeline.tasks`)
 with what the call owes (`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its
-lease, what the claim found and the call it took. A message carries only the task id: a duplicate or early
-message claims nothing and returns. The job's return value carries no business state.
+lease, what the claim found and the call it took. A message carries only task ids, usually one (several when
+its queue held a backlog, run in turn): a duplicate or early message claims nothing and returns. The job's
+return value carries no business state.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from datetime import datetime, timezone
 from typing import Callable, TypeVar
 
 import psycopg
-from rq import get_current_job
+import redis
+from rq import Queue, get_current_job
 
 from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tasks
 from pipeline.core import policy
@@ -338,10 +340,43 @@ def _run(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]]:
     return _succeed(rt, attempt, asset)
 
 
-def run_task(task_id: int) -> str:
+def run_task(*task_ids: int) -> str:
+    """The RQ job: each task its message carries, in turn, one attempt each; their statuses.
+
+    A message carries several tasks only when its queue held a backlog (`lanes.tasks_per_message`). The tasks it
+    has not started yet go back to the queue, a message each, when the queue has run dry (so that idle workers
+    share them) or this worker was asked to stop, and when a task's run raised (the job then fails as before)."""
     rt = runtime.current()
     job = get_current_job()
     job_id = job.id if job else None
+    statuses = []
+    for i, task_id in enumerate(task_ids):
+        rest = task_ids[i:]
+        if i and _hand_back(rt, job, rest):
+            break
+        try:
+            statuses.append(_run_one(rt, task_id, job_id))
+        except BaseException:
+            if len(rest) > 1:
+                _hand_back(rt, job, rest[1:], force=True)
+            raise
+    return " ".join(statuses)
+
+
+def _hand_back(rt: runtime.Runtime, job, task_ids: tuple[int, ...], force: bool = False) -> bool:
+    """Whether the job gave `task_ids` back to its queue (see run_task); Redis out of reach: it keeps them."""
+    if job is None:
+        return False
+    try:
+        if force or rt.stopping() or not job.connection.llen(Queue.redis_queue_namespace_prefix + job.origin):
+            dispatch.hand_back(job.connection, job.origin, task_ids, job.id)
+            return True
+    except redis.RedisError as exc:
+        log("hand_back_failed", task_ids=list(task_ids), rq_job_id=job.id, error=exc.__class__.__name__)
+    return False
+
+
+def _run_one(rt: runtime.Runtime, task_id: int, job_id: str | None) -> str:
     attempt = claim(rt, task_id, job_id)
     if attempt is None:
         if pauses.hold_if_paused(rt.conn(), task_id):   # sent again when the lane resumes

@@ -1,7 +1,8 @@
 """The outbox dispatcher: PostgreSQL outbox rows become RQ messages.
 
 Claim due rows (SKIP LOCKED, a claim token, a short claim lease) and commit;
-enqueue one RQ job per row carrying only the task id; then mark the rows sent
+enqueue RQ jobs carrying only task ids, one per row unless the queue holds a backlog
+(`lanes.tasks_per_message`: then up to eight rows' tasks per job); then mark the rows sent
 where the claim token still matches. A crash between enqueue and mark leaves the
 rows to be claimed again after the claim lease: a duplicate message, which the
 task claim turns into a no-op. For the same reason neither commit waits for its
@@ -25,14 +26,16 @@ import psycopg
 import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from pipeline import db
 from pipeline.core.states import KINDS
-from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name
+from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name, tasks_per_message
 from pipeline.log import log
 from pipeline.settings import Settings
 
 JOB_FUNC = "pipeline.attempt.run_task"   # the one function a message may name (bin/worker.py refuses any other)
+
 SERIALIZER = JSONSerializer           # never pickle: a pickle in Redis would run code on every worker that reads it
 STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
 QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
@@ -41,7 +44,8 @@ RESULT_TTL = 60   # seconds a finished RQ job's record is kept (PostgreSQL holds
 
 
 def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
-    """One RQ job per outbox row, in one Redis round trip, to its kind's queue in its lane.
+    """RQ jobs for outbox rows, in one Redis round trip, each to its kind's queue in its lane; a job carries one
+    row's task, or several rows' tasks when the queue holds a backlog (`_message_sizes`).
 
     RQ's own retry stays off. A row without a lane is interactive. A finished job's record stays in
     Redis for RESULT_TTL seconds: with 0, RQ deletes it at once, which costs the worker several extra
@@ -50,21 +54,67 @@ def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:
     by_queue = _by_queue(rows)
     if not by_queue:
         return
+    sizes = _message_sizes(conn_redis, by_queue)
     with conn_redis.pipeline() as pipe:
         for name, group in by_queue.items():
-            Queue(name, connection=conn_redis, serializer=SERIALIZER).enqueue_many([
-                Queue.prepare_data(JOB_FUNC, args=(row["task_id"],), job_id=f"task-{row['task_id']}-{row['id']}",
-                                   timeout=-1, result_ttl=RESULT_TTL, failure_ttl=86_400,
-                                   description=f"task {row['task_id']}")
-                for row in group], pipeline=pipe)
+            Queue(name, connection=conn_redis, serializer=SERIALIZER).enqueue_many(
+                [_message(part) for part in _split(group, sizes[name])], pipeline=pipe)
         pipe.execute()
+
+
+def _message(rows: Sequence[dict]):
+    """One message: the rows' task ids; its id names the first task and row (and how many more it carries)."""
+    ids = tuple(row["task_id"] for row in rows)
+    more = f"-and-{len(ids) - 1}" if len(ids) > 1 else ""
+    return Queue.prepare_data(JOB_FUNC, args=ids, job_id=f"task-{ids[0]}-{rows[0]['id']}{more}", timeout=-1,
+                              result_ttl=RESULT_TTL, failure_ttl=86_400,
+                              description="task " + " ".join(str(i) for i in ids))
+
+
+def _split(rows: Sequence[dict], size: int) -> list[Sequence[dict]]:
+    """Rows in order, in as few parts of at most `size` as there can be, their lengths differing by one at most."""
+    parts = -(-len(rows) // size)
+    each, extra = divmod(len(rows), parts)
+    bounds = [i * each + min(i, extra) for i in range(parts + 1)]
+    return [rows[bounds[i]:bounds[i + 1]] for i in range(parts)]
+
+
+def _message_sizes(conn_redis: redis.Redis, by_queue: Mapping[str, Sequence[dict]]) -> dict[str, int]:
+    """Tasks per message for each queue (`lanes.tasks_per_message`), from the messages waiting in it and the
+    workers RQ has registered on it: one more round trip, made only for interactive queues given several rows."""
+    sizes = dict.fromkeys(by_queue, 1)
+    asked = [name for name, group in by_queue.items() if len(group) > 1 and _lane(group[0]) == INTERACTIVE]
+    if not asked:
+        return sizes
+    with conn_redis.pipeline(transaction=False) as pipe:
+        for name in asked:
+            pipe.llen(Queue.redis_queue_namespace_prefix + name)
+            pipe.scard(WORKERS_BY_QUEUE_KEY % name)
+        answers = pipe.execute()
+    for i, name in enumerate(asked):
+        sizes[name] = tasks_per_message(INTERACTIVE, answers[2 * i], len(by_queue[name]), answers[2 * i + 1])
+    return sizes
+
+
+def hand_back(conn_redis: redis.Redis, queue: str, task_ids: Sequence[int], job_id: str) -> None:
+    """Put tasks a job carried but did not start back in its queue, a message each (their outbox rows are sent:
+    were this lost, the reconciler sends them again, as for any lost message)."""
+    Queue(queue, connection=conn_redis, serializer=SERIALIZER).enqueue_many([
+        Queue.prepare_data(JOB_FUNC, args=(task_id,), job_id=f"task-{task_id}-from-{job_id}", timeout=-1,
+                           result_ttl=RESULT_TTL, failure_ttl=86_400, description=f"task {task_id}")
+        for task_id in task_ids])
+    log("handed_back", queue=queue, task_ids=list(task_ids), rq_job_id=job_id)
+
+
+def _lane(row: dict) -> str:
+    return row.get("lane") or INTERACTIVE
 
 
 def _by_queue(rows: Iterable[dict]) -> dict[str, list[dict]]:
     """Outbox rows by the RQ queue they go to: their kind's queue in their lane (none: interactive)."""
     by_queue: dict[str, list[dict]] = {}
     for row in rows:
-        by_queue.setdefault(queue_name(row["queue"], row.get("lane") or INTERACTIVE), []).append(row)
+        by_queue.setdefault(queue_name(row["queue"], _lane(row)), []).append(row)
     return by_queue
 
 
@@ -106,7 +156,8 @@ def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[d
             most_attempts=max(r["send_attempts"] for r in rows), stuck=stuck or None)
         raise
     sent = db.all(conn, "outbox_mark_sent", {"ids": [r["id"] for r in rows], "claim_token": token})
-    for name, group in _by_queue(rows).items():   # one line per queue; each job's id is task-<task id>-<outbox id>
+    # one line per queue; a job's id is task-<its first task id>-<that row's id>[-and-<how many more tasks>]
+    for name, group in _by_queue(rows).items():
         log("dispatched", queue=name, task_ids=[r["task_id"] for r in group], outbox_ids=[r["id"] for r in group])
     return len(sent)
 

@@ -18,7 +18,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import psycopg
 import redis
@@ -103,6 +103,7 @@ class Runtime:
     _receipt_store: str | None = field(default=None, repr=False)
     _heartbeats: Heartbeats | None = field(default=None, repr=False)
     slot_table: SlotTable = field(default_factory=SlotTable, repr=False)   # which slot rows this process saw
+    stopping: Callable[[], bool] = field(default=lambda: False, repr=False)   # the worker was asked to stop
 
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here) and

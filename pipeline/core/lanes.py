@@ -12,8 +12,11 @@ bulk lane (pipeline/pauses.py).
 
 Inside the bulk lane contents take turns: the dispatcher keeps at most
 `bulk_depth(kind)` bulk messages waiting in each bulk queue and refills it one turn
-per content, least recently served content first (`outbox_claim_bulk`). Pure: the functions read
-the settings they are given and nothing else.
+per content, least recently served content first (`outbox_claim_bulk`).
+
+An interactive message carries one task, unless its queue already holds a backlog: then up to
+`MOST_PER_MESSAGE` tasks (`tasks_per_message`), so RQ's own cost per job is spread over them.
+Pure: the functions read the settings and figures they are given and nothing else.
 See docs/decisions.md, "Lanes".
 """
 
@@ -25,6 +28,8 @@ from pipeline.core.errors import InvalidInput
 from pipeline.core.states import KINDS, TaskKind
 
 INTERACTIVE, BULK = LANES = ("interactive", "bulk")
+MOST_PER_MESSAGE = 8    # task ids one message may carry (a worker refuses a message with more)
+WAITING_PER_WORKER = 4  # messages each worker of a queue has waiting before the queue's messages carry several tasks
 
 
 def queue_name(kind: str, lane: str = INTERACTIVE) -> str:
@@ -109,3 +114,17 @@ def admission_limit(cfg: "Settings", lane: str) -> int:
     if lane == BULK:
         return max(1, cfg.max_pending_tasks - cfg.max_pending_tasks // 10)
     return cfg.max_pending_tasks
+
+
+def tasks_per_message(lane: str, waiting: int, new: int, workers: int) -> int:
+    """How many task ids each of `new` messages sent to a queue together may carry, the queue holding `waiting`
+    messages and `workers` workers listening to it.
+
+    One, unless the queue is interactive and its backlog (with the new ones) gives each of its workers at least
+    WAITING_PER_WORKER messages of that size: a worker then takes the next message no sooner than it would have
+    taken the same tasks one by one, and the workers still share the backlog in small pieces. Bulk messages
+    carry one task: the bulk lane counts messages to let contents take turns. No worker listening: one (how
+    many will come is not known)."""
+    if lane != INTERACTIVE or workers < 1:
+        return 1
+    return max(1, min(MOST_PER_MESSAGE, (waiting + new) // (WAITING_PER_WORKER * workers)))

@@ -1,10 +1,12 @@
-"""The lanes' pure rules: queue names, a save's priority, pool sizes, bulk depth, deadlines and admission."""
+"""The lanes' pure rules: queue names, a save's priority, pool sizes, bulk depth, deadlines, admission and the tasks
+one message carries."""
 
 import pytest
 
 from pipeline import settings
 from pipeline.core import lanes
 from pipeline.core.errors import InvalidInput
+from pipeline.core.lanes import BULK, INTERACTIVE, MOST_PER_MESSAGE, tasks_per_message
 
 BASE = {"DATABASE_URL": "postgresql://h/db", "REDIS_URL": "redis://h/0", "MEDIA_DIR": "/tmp/media"}
 
@@ -42,3 +44,17 @@ def test_a_bulk_save_leaves_a_tenth_of_the_pending_limit_and_waits_a_batch_windo
     batched = cfg(IMAGE_BULK_BACKEND="batch", IMAGE_PROVIDER="openai",
                   IMAGE_BASE_URL="https://api.openai.com/v1", IMAGE_API_KEY="k", IMAGE_DAILY_BUDGET="10")
     assert lanes.deadline_seconds(batched, lanes.BULK) == lanes.BATCH_WINDOW_SECONDS + 3600
+
+
+def test_an_interactive_message_carries_one_task_until_every_worker_has_a_backlog_of_several():
+    # a save's ten images on an idle queue with four workers: one task a message, every worker starts at once
+    assert tasks_per_message(INTERACTIVE, waiting=0, new=10, workers=4) == 1
+    # forty messages waiting for two workers: each new message carries six tasks ((40 + 10) // (2 x 4))
+    assert tasks_per_message(INTERACTIVE, waiting=40, new=10, workers=2) == 6
+    # however deep the backlog, at most eight
+    assert tasks_per_message(INTERACTIVE, waiting=10_000, new=10, workers=1) == MOST_PER_MESSAGE == 8
+
+
+def test_bulk_messages_and_queues_nobody_listens_to_carry_one_task():
+    assert tasks_per_message(BULK, waiting=10_000, new=10, workers=1) == 1
+    assert tasks_per_message(INTERACTIVE, waiting=10_000, new=10, workers=0) == 1

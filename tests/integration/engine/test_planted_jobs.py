@@ -64,10 +64,11 @@ def test_a_json_message_naming_another_function_is_refused_without_running(rt, r
     assert {job.id, other.id} <= set(FailedJobRegistry("image", connection=client).get_job_ids())
 
 
-def test_run_task_with_anything_but_one_task_id_is_refused(rt, redis_url):
+def test_run_task_with_anything_but_one_to_eight_task_ids_is_refused(rt, redis_url):
     client = redis.Redis.from_url(redis_url)
     queue = Queue("image", connection=client, serializer=dispatch.SERIALIZER)
-    jobs = [queue.enqueue(dispatch.JOB_FUNC, "1; DROP TABLE tasks"), queue.enqueue(dispatch.JOB_FUNC, 1, 2),
+    jobs = [queue.enqueue(dispatch.JOB_FUNC, "1; DROP TABLE tasks"), queue.enqueue(dispatch.JOB_FUNC, *range(1, 10)),
+            queue.enqueue(dispatch.JOB_FUNC, 1, True), queue.enqueue(dispatch.JOB_FUNC),
             queue.enqueue(dispatch.JOB_FUNC, task_id=1)]
     burst(client)
     assert {j.id for j in jobs} <= set(FailedJobRegistry("image", connection=client).get_job_ids())
