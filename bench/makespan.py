@@ -38,6 +38,7 @@ if str(ROOT) not in sys.path:
 from bench.common import stop_stack, Stack, print_machine, run_main, say, servers, table  # noqa: E402
 from bin.embedded import free_port  # noqa: E402
 from testkit.stack import DevStack, descendants, fake_provider, ideal_seconds, lesson, provider_env  # noqa: E402
+from pipeline.settings import ProviderSettings  # noqa: E402
 
 
 def smaps(pid: int) -> dict[str, float]:
@@ -194,10 +195,11 @@ def behind_backlog(bench: Stack, stack: DevStack, image, tts, blocks: int, limit
     if result.returncode != 0:
         raise RuntimeError(f"bin/import failed:\n{result.stderr[-3000:]}")
     say(f"  bin/import of {args.backlog} lessons: {imported:.1f} s")
-    wait_peak(image, "image", limit)           # the image workers are busy with bulk work
+    bulk = ProviderSettings(max_concurrency=limit).bulk_slots   # the bulk lane leaves editors their held-back slots
+    wait_peak(image, "image", bulk)            # the image workers are busy with bulk work
     runs = []
     for r in range(args.repeats):
-        wait_peak(image, "image", limit)
+        wait_peak(image, "image", bulk)
         runs.append(alone(stack, blocks, f"editor-{r}")["total"])
     base = statistics.median(alone_totals)
     lanes_rows = [["alone (part 1)", len(alone_totals), base, " / ".join(f"{t:.2f}" for t in alone_totals), "1.00x"],
@@ -214,10 +216,10 @@ def behind_backlog(bench: Stack, stack: DevStack, image, tts, blocks: int, limit
     while math.isnan(first) and time.monotonic() < deadline:
         time.sleep(0.1)
         first = first_start(bench, body["content_id"])
-    fifo = ahead / (limit / args.image_latency)
+    fifo = ahead / (bulk / args.image_latency)
     turn_rows = [["bulk image tasks waiting ahead of it at its save", ahead],
                  ["its first task started after, s", first - saved_at],
-                 ["a FIFO queue would start it after about, s (waiting ahead / (C / latency))", fifo],
+                 ["a FIFO queue would start it after about, s (waiting ahead / (bulk slots / latency))", fifo],
                  ["peak concurrent calls image / speech, whole run", f"{image.max_in_flight('image')} / "
                                                                       f"{tts.max_in_flight('audio')}"]]
     return lanes_rows, turn_rows
