@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import fmt, print_machine, run_main, say, servers, table  # noqa: E402
 from pipeline import versions  # noqa: E402
 from pipeline.core.content import parse_draft  # noqa: E402
-from pipeline.core.fingerprint import idempotency_key  # noqa: E402
+from pipeline.core.records import idempotency_key  # noqa: E402
 from testkit.fakeprovider import Behaviour, FakeProviderServer  # noqa: E402
 from testkit.system import rq_worker_argv  # noqa: E402
 

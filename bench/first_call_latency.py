@@ -50,7 +50,7 @@ def calls_since(log: Path, offset: int) -> tuple[dict[str, float], int]:
 
 class Trials:
     def __init__(self, stack: Stack, blocks: int) -> None:
-        from pipeline.core.fingerprint import idempotency_key
+        from pipeline.core.records import idempotency_key
         self.stack, self.blocks, self.key = stack, blocks, idempotency_key
         self.cfg = stack.settings()
         self.conn = stack.db()

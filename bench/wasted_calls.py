@@ -255,7 +255,7 @@ def _drive_ours(stack: Stack, conn, cfg, chaos: Chaos, kill) -> tuple[int, dict]
 
 
 def _collect_ours(stack: Stack, fake: FakeProviderServer) -> dict:
-    from pipeline.core.fingerprint import idempotency_key
+    from pipeline.core.records import idempotency_key
     with stack.db() as conn:
         tasks = conn.execute("SELECT id, fingerprint, status FROM tasks WHERE kind <> 'bundle'").fetchall()
         accepted_ids = {r["task_id"] for r in conn.execute(

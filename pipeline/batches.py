@@ -43,7 +43,6 @@ from psycopg.types.json import Jsonb
 from pipeline import db, spend, tasks
 from pipeline.core import prices
 from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, Transient
-from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
 from pipeline.executor import keep_result
 from pipeline.slots import Call
@@ -65,7 +64,7 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
     """Hand a claimed bulk image task's call to the batch lane: the intent receipt (durable), then the line,
     the lease and the input hold in one transaction. False (nothing enlisted, the booking given back) when the
     worker's lease is gone."""
-    data, key = task.input, idempotency_key(task.fingerprint, task.id)
+    data, key = task.input, task.idempotency_key
     body = image_payload(data["model"], data["prompt"], data["size"], data.get("options") or {})
     token = uuid.uuid4()
     book.write_intent(Intent(task.id, task.attempts, str(token), PROVIDER, data["model"], task.fingerprint, key,

@@ -24,7 +24,6 @@ import psycopg
 from pipeline import bundle, storage
 from pipeline.core import policy, prices
 from pipeline.core.errors import ConfigError, PipelineError, ProviderError, Transient
-from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Asset, Task
 from pipeline.core.states import MEDIA_KINDS, TaskKind
 from pipeline.slots import Call
@@ -67,7 +66,7 @@ def build_providers(cfg: Settings) -> dict[str, Provider]:
 
 def request_for(task: Task, seconds_left: float | None = None) -> GenerateRequest:
     data = task.input
-    key = idempotency_key(task.fingerprint, task.id)
+    key = task.idempotency_key
     options = data.get("options") or {}
     if task.kind == "image":   # a regeneration's nonce asks a seeded renderer for another picture
         return GenerateRequest("image", data["prompt"], {"model": data["model"], "size": data["size"],

@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from pipeline import batches, db, storage, tasks
 from pipeline.core import recovery
 from pipeline.core.recovery import slot_of
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus

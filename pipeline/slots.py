@@ -18,7 +18,6 @@ import psycopg
 from pipeline import db, spend
 from pipeline.core import prices
 from pipeline.core.errors import Busy, SlotsBusy
-from pipeline.core.fingerprint import idempotency_key
 from pipeline.core.records import Task
 from pipeline.core.states import MEDIA_KINDS, TaskKind
 from pipeline.core.lanes import BULK, INTERACTIVE
@@ -132,7 +131,7 @@ def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, 
             return Call(booking=spend.book(conn, provider, task.content_id, p, cfg.content_budget,
                                            cfg.budget_recheck_seconds,
                                            cost=prices.estimate(p, task.kind, task.input, batch=True)))
-    replay = p.honours_idempotency_key and spend.key_charged(conn, idempotency_key(task.fingerprint, task.id))
+    replay = p.honours_idempotency_key and spend.key_charged(conn, task.idempotency_key)
     cost = prices.estimate(p, task.kind, task.input)
     name = slots_of(provider, task.kind)
     slot, booking = table.hold(conn, name, p, lambda c: None if replay else spend.book(

@@ -13,7 +13,7 @@ import redis
 from rq import Queue
 
 from pipeline import dispatch
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from testkit.drills import Case, Drill
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import lesson, wait_until

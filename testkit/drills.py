@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from pipeline import versions
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from testkit.fakeprovider import FakeProviderServer
 from testkit.helpers import draft, wait_until
 from testkit.system import ROOT, Stack, kill, settle, spawn

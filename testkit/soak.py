@@ -32,7 +32,7 @@ import redis
 from bin.embedded import Postgres, Valkey, free_port
 from pipeline import dispatch, migrations, settings as settings_mod, versions
 from pipeline.core.content import parse_draft
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 from testkit.helpers import pending_count_mismatch

@@ -11,6 +11,7 @@ from flask import Blueprint, jsonify
 from pipeline import attention
 from pipeline.core.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
 from pipeline.core.outcome import Reason
+from pipeline.core.records import MAX_NOTE
 from pipeline.core.states import KINDS
 from pipeline.demo import SCENARIOS, themes
 
@@ -148,7 +149,7 @@ SCHEMAS = {
                                                        "attempts": {"type": "integer"},
                                                        "max_attempts": {"type": "integer"}}},
     "ReplayInput": {"type": "object", "required": ["why"], "properties": {
-        "why": {"type": "string", "minLength": 1, "maxLength": 2000, "description": "kept with the dead letter"},
+        "why": {"type": "string", "minLength": 1, "maxLength": MAX_NOTE, "description": "kept with the dead letter"},
         "extend_deadline_seconds": {"type": "integer", "minimum": 1, "maximum": 604800,
                                     "description": "move the deadline to this long from now; left out, it stays"}}},
     "ReplayAccepted": {"type": "object", "properties": {
@@ -157,7 +158,7 @@ SCHEMAS = {
         "status": {"type": "string"}, "first_attempt": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "deadline_before": {"type": "string"}, "deadline_after": {"type": "string"}}},
     "ResolveInput": {"type": "object", "required": ["outcome", "note"], "properties": {
-        "outcome": {"const": "failed"}, "note": {"type": "string", "minLength": 1, "maxLength": 2000}}},
+        "outcome": {"const": "failed"}, "note": {"type": "string", "minLength": 1, "maxLength": MAX_NOTE}}},
     "Resolved": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"}}},
     "Delivery": {"type": "object", "properties": {
         "content_id": {"type": "integer"}, "version": {"type": "integer"}, "title": {"type": "string"},
@@ -178,7 +179,7 @@ SCHEMAS = {
         "scenario": {"enum": list(SCENARIOS)},
         "locale": {"enum": ["zh-CN", "en-US"]}}},
     "NoteInput": {"type": "object", "required": ["note"], "properties": {
-        "note": {"type": "string", "minLength": 1, "maxLength": 2000, "description": "why; kept on the history"}}},
+        "note": {"type": "string", "minLength": 1, "maxLength": MAX_NOTE, "description": "why; kept on the history"}}},
     "Decision": {"type": "object", "properties": {
         "content_id": {"type": "integer"}, "version": {"type": "integer"},
         "decision": {"enum": ["rejected", "changes_requested"]}, "note": {"type": "string"}, "by": {"type": "string"}}},
@@ -188,7 +189,7 @@ SCHEMAS = {
     "RegenerateInput": {"type": "object", "required": ["accept_new_charge", "reason"], "properties": {
         "accept_new_charge": {"type": "boolean", "description": "true: a new paid call is made although the same "
                                                                 "input has an asset (409 without)"},
-        "reason": {"type": "string", "minLength": 1, "maxLength": 2000}}},
+        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_NOTE}}},
     "Regenerated": {"allOf": [ref("Accepted"), {"type": "object", "properties": {
         "task_id": {"type": "integer"}, "replaced_task_id": {"type": "integer"},
         "replaced_sha256": {"type": "string"}, "estimated_cost": {"type": "number"}}}]},
@@ -211,7 +212,7 @@ SCHEMAS = {
         "counts": OBJECT, "total": {"type": "integer"}}},
     "BulkInput": {"type": "object", "required": ["task_ids"], "properties": {
         "task_ids": {"type": "array", "minItems": 1, "maxItems": 200, "items": {"type": "integer"}},
-        "note": {"type": "string", "maxLength": 2000, "description": "required to resolve"}}},
+        "note": {"type": "string", "maxLength": MAX_NOTE, "description": "required to resolve"}}},
     "BulkLane": {"type": "object", "required": ["lane", "paused", "waiting"], "properties": {
         "lane": {"const": "bulk"}, "paused": {"type": "boolean"}, "paused_at": NULLABLE_TIME,
         "paused_by": {"type": ["string", "null"]},

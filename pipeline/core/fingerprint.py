@@ -18,8 +18,3 @@ def canonical_json(value: Any) -> str:
 
 def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
-
-
-def idempotency_key(fingerprint: str, task_id: int) -> str:
-    """Stable across attempts of one task; distinct between tasks that share an input."""
-    return hashlib.sha256(f"{fingerprint}:{task_id}".encode()).hexdigest()[:48]

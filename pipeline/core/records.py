@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +38,12 @@ def extension(media_type: str) -> str:
     return EXTENSIONS.get(media_type, "bin")
 
 
+def idempotency_key(fingerprint: str, task_id: int) -> str:
+    """The key a task's provider calls carry: stable across attempts of one task; distinct between tasks that
+    share an input (`Task.idempotency_key`; this for a task's row)."""
+    return hashlib.sha256(f"{fingerprint}:{task_id}".encode()).hexdigest()[:48]
+
+
 @dataclass(frozen=True)
 class Task:
     """A claimed task: what a worker needs to do one attempt, and to prove it holds the lease."""
@@ -59,6 +66,10 @@ class Task:
     @classmethod
     def from_row(cls, row: dict) -> "Task":
         return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in row})
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.fingerprint, self.id)
 
 
 @dataclass(frozen=True)

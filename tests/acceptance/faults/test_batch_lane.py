@@ -7,7 +7,7 @@ import pytest
 
 from pipeline import versions
 from pipeline.core.content import parse_draft
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import wait_until
 from testkit.system import kill

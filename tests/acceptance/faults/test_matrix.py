@@ -8,7 +8,7 @@ import signal
 import psycopg
 
 from pipeline import versions
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import draft, lesson, wait_until
 from testkit.system import kill, settle

@@ -3,7 +3,7 @@
 import signal
 
 from pipeline import versions
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from receipts.calls import ReceiptBook
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import draft, wait_until

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from pipeline import keys, storage
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 from testkit.helpers import lesson, wait_until
 from tests.integration.storage.conftest import system_env

@@ -14,7 +14,7 @@ import zipfile
 import redis
 
 from pipeline import dispatch, runtime, settings, storage, versions
-from pipeline.core.fingerprint import idempotency_key
+from pipeline.core.records import idempotency_key
 from pipeline.reconcile import Reconciler
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import ControlledExecutor, draft, make_settings, wait_until, work_burst
