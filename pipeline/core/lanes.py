@@ -117,14 +117,18 @@ def admission_limit(cfg: "Settings", lane: str) -> int:
 
 
 def tasks_per_message(lane: str, waiting: int, new: int, workers: int) -> int:
-    """How many task ids each of `new` messages sent to a queue together may carry, the queue holding `waiting`
-    messages and `workers` workers listening to it.
+    """How many task ids each of `new` tasks' messages sent to a queue together may carry, the queue holding
+    `waiting` messages and `workers` workers listening to it.
 
-    One, unless the queue is interactive and its backlog (with the new ones) gives each of its workers at least
-    WAITING_PER_WORKER messages of that size: a worker then takes the next message no sooner than it would have
-    taken the same tasks one by one, and the workers still share the backlog in small pieces. Bulk messages
-    carry one task: the bulk lane counts messages to let contents take turns. No worker listening: one (how
-    many will come is not known)."""
+    As many (up to MOST_PER_MESSAGE) as leave the queue with at least WAITING_PER_WORKER messages for each of
+    its workers once these are sent: a worker then takes a message with several tasks no sooner than it would
+    have taken the same tasks one by one, and the workers still share the backlog in pieces. On a quiet queue
+    that means one (an editor's lesson starts on every worker at once); once the queue holds that many
+    messages, eight. Bulk messages carry one task: the bulk lane counts messages to let contents take turns. No
+    worker listening: one (how many will come is not known)."""
     if lane != INTERACTIVE or workers < 1:
         return 1
-    return max(1, min(MOST_PER_MESSAGE, (waiting + new) // (WAITING_PER_WORKER * workers)))
+    short = WAITING_PER_WORKER * workers - waiting   # messages the queue lacks for four a worker
+    if short <= 0:
+        return MOST_PER_MESSAGE
+    return max(1, min(MOST_PER_MESSAGE, new // short))

@@ -46,13 +46,16 @@ def test_a_bulk_save_leaves_a_tenth_of_the_pending_limit_and_waits_a_batch_windo
     assert lanes.deadline_seconds(batched, lanes.BULK) == lanes.BATCH_WINDOW_SECONDS + 3600
 
 
-def test_an_interactive_message_carries_one_task_until_every_worker_has_a_backlog_of_several():
+def test_an_interactive_message_carries_one_task_until_every_worker_has_several_messages_waiting():
     # a save's ten images on an idle queue with four workers: one task a message, every worker starts at once
     assert tasks_per_message(INTERACTIVE, waiting=0, new=10, workers=4) == 1
-    # forty messages waiting for two workers: each new message carries six tasks ((40 + 10) // (2 x 4))
-    assert tasks_per_message(INTERACTIVE, waiting=40, new=10, workers=2) == 6
-    # however deep the backlog, at most eight
-    assert tasks_per_message(INTERACTIVE, waiting=10_000, new=10, workers=1) == MOST_PER_MESSAGE == 8
+    # forty images for two idle workers: eight messages of five leave each worker four
+    assert tasks_per_message(INTERACTIVE, waiting=0, new=40, workers=2) == 5
+    # six messages already wait for two workers: two more make eight, so the new ones carry five each
+    assert tasks_per_message(INTERACTIVE, waiting=6, new=10, workers=2) == 5
+    # once every worker has four messages waiting, eight tasks a message, never more
+    assert tasks_per_message(INTERACTIVE, waiting=8, new=10, workers=2) == MOST_PER_MESSAGE == 8
+    assert tasks_per_message(INTERACTIVE, waiting=10_000, new=100, workers=1) == 8
 
 
 def test_bulk_messages_and_queues_nobody_listens_to_carry_one_task():
