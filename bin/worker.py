@@ -144,7 +144,7 @@ class Worker(SparseBookkeeping, SimpleWorker):
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
         warm_up()
-        runtime.current().stopping = lambda: self._stop_requested   # a job's untaken tasks go back when it is
+        runtime.current().stopping = lambda: self._stop_requested   # run_task then gives back what it has not begun
         self.wait_for_redis()
         return super().work(*args, **kwargs)
 

@@ -35,7 +35,6 @@ from pipeline.log import log
 from pipeline.settings import Settings
 
 JOB_FUNC = "pipeline.attempt.run_task"   # the one function a message may name (bin/worker.py refuses any other)
-
 SERIALIZER = JSONSerializer           # never pickle: a pickle in Redis would run code on every worker that reads it
 STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
 QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
@@ -66,9 +65,12 @@ def _message(rows: Sequence[dict]):
     """One message: the rows' task ids; its id names the first task and row (and how many more it carries)."""
     ids = tuple(row["task_id"] for row in rows)
     more = f"-and-{len(ids) - 1}" if len(ids) > 1 else ""
-    return Queue.prepare_data(JOB_FUNC, args=ids, job_id=f"task-{ids[0]}-{rows[0]['id']}{more}", timeout=-1,
-                              result_ttl=RESULT_TTL, failure_ttl=86_400,
-                              description="task " + " ".join(str(i) for i in ids))
+    return _job(ids, f"task-{ids[0]}-{rows[0]['id']}{more}")
+
+
+def _job(task_ids: Sequence[int], job_id: str):
+    return Queue.prepare_data(JOB_FUNC, args=tuple(task_ids), job_id=job_id, timeout=-1, result_ttl=RESULT_TTL,
+                              failure_ttl=86_400, description="task " + " ".join(str(i) for i in task_ids))
 
 
 def _split(rows: Sequence[dict], size: int) -> list[Sequence[dict]]:
@@ -99,10 +101,8 @@ def _message_sizes(conn_redis: redis.Redis, by_queue: Mapping[str, Sequence[dict
 def hand_back(conn_redis: redis.Redis, queue: str, task_ids: Sequence[int], job_id: str) -> None:
     """Put tasks a job carried but did not start back in its queue, a message each (their outbox rows are sent:
     were this lost, the reconciler sends them again, as for any lost message)."""
-    Queue(queue, connection=conn_redis, serializer=SERIALIZER).enqueue_many([
-        Queue.prepare_data(JOB_FUNC, args=(task_id,), job_id=f"task-{task_id}-from-{job_id}", timeout=-1,
-                           result_ttl=RESULT_TTL, failure_ttl=86_400, description=f"task {task_id}")
-        for task_id in task_ids])
+    Queue(queue, connection=conn_redis, serializer=SERIALIZER).enqueue_many(
+        [_job((task_id,), f"task-{task_id}-from-{job_id}") for task_id in task_ids])
     log("handed_back", queue=queue, task_ids=list(task_ids), rq_job_id=job_id)
 
 
