@@ -50,6 +50,20 @@ def migrate_main(argv: list[str]) -> int:
     return _exit_code(work, refusals=(migrations.MigrationError,))
 
 
+def _servers_usable(cfg, *, once: bool) -> bool:
+    """PostgreSQL usable (waiting up to 30 s for it unless `once`), or False with why on stderr. Redis is not
+    asked: the long-running loops ride out a Redis that is away (the workers and the web name an evicting one)."""
+    try:
+        servers.preflight(cfg, wait_seconds=0 if once else 30, redis_too=False,
+                          say=lambda line: print(line, file=sys.stderr))
+        return True
+    except servers.ServerUnusable as exc:
+        print(f"cannot use the servers: {exc}", file=sys.stderr)
+    except Exception as exc:   # still unreachable after the wait: a psycopg connection error
+        print(f"cannot reach the servers: {exc}", file=sys.stderr)
+    return False
+
+
 def _stop_flag():
     import signal
     import threading
@@ -70,14 +84,7 @@ def batches_main(argv: list[str]) -> int:
     cfg = _settings()
     from pipeline import batches, storage
     from pipeline.log import log
-    try:
-        servers.preflight(cfg, wait_seconds=0 if args.once else 30, redis_too=False,
-                          say=lambda line: print(line, file=sys.stderr))
-    except servers.ServerUnusable as exc:
-        print(f"cannot use the servers: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:   # still unreachable after the wait
-        print(f"cannot reach the servers: {exc}", file=sys.stderr)
+    if not _servers_usable(cfg, once=args.once):
         return 2
     stop = _stop_flag()
     lock_held = False
@@ -163,15 +170,7 @@ def dispatch_main(argv: list[str]) -> int:
     from pipeline.core import lanes
     conn_redis = servers.redis_client(cfg)
     depth = lanes.bulk_depths(cfg)
-    try:
-        # PostgreSQL only: its loop rides out a Redis that is away (the workers and the web name an evicting one)
-        servers.preflight(cfg, wait_seconds=0 if args.once else 30, redis_too=False,
-                          say=lambda line: print(line, file=sys.stderr))
-    except servers.ServerUnusable as exc:
-        print(f"cannot use the servers: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:   # still unreachable after the wait: a psycopg or Redis connection error
-        print(f"cannot reach the servers: {exc}", file=sys.stderr)
+    if not _servers_usable(cfg, once=args.once):
         return 2
     if args.once:
         try:

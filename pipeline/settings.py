@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from pipeline.core.errors import ConfigError
@@ -208,23 +208,20 @@ def _file(name: str) -> Callable[[str], Path]:
 
 
 def _int(name: str, low: int, high: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigError(f"{name}={raw!r} is not a whole number; expected {low}..{high}") from None
-        if not low <= value <= high:
-            raise ConfigError(f"{name}={value} is out of range; expected {low}..{high}")
-        return value
-    return parse
+    return _number(name, low, high, int, "a whole number")
 
 
 def _float(name: str, low: float, high: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
+    return _number(name, low, high, float, "a number")
+
+
+def _number(name: str, low, high, convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """A parser of a setting's number: `convert`ed, and within low..high, or a ConfigError naming the setting."""
+    def parse(raw: str):
         try:
-            value = float(raw)
+            value = convert(raw)
         except ValueError:
-            raise ConfigError(f"{name}={raw!r} is not a number; expected {low}..{high}") from None
+            raise ConfigError(f"{name}={raw!r} is not {what}; expected {low}..{high}") from None
         if not low <= value <= high:
             raise ConfigError(f"{name}={value} is out of range; expected {low}..{high}")
         return value

@@ -182,15 +182,20 @@ class S3Objects:
             raise self._fail("PUT", key, exc) from exc
 
     def _object(self, key: str):
+        return self._unless_missing("GET", key, self.client.get_object)
+
+    def _unless_missing(self, verb: str, key: str, request):
+        """`request` for the key's object, or None when the bucket has no such key; any other failure a
+        StorageError naming the verb, the bucket and the key."""
         from botocore.exceptions import BotoCoreError, ClientError
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            return request(Bucket=self.bucket, Key=self._key(key))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
                 return None
-            raise self._fail("GET", key, exc) from exc
+            raise self._fail(verb, key, exc) from exc
         except BotoCoreError as exc:
-            raise self._fail("GET", key, exc) from exc
+            raise self._fail(verb, key, exc) from exc
 
     def get(self, key: str) -> bytes | None:
         found = self._object(key)
@@ -206,15 +211,8 @@ class S3Objects:
         return None if found is None else found["Body"].iter_chunks(CHUNK)
 
     def size(self, key: str) -> int | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-        try:
-            return int(self.client.head_object(Bucket=self.bucket, Key=self._key(key))["ContentLength"])
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise self._fail("HEAD", key, exc) from exc
-        except BotoCoreError as exc:
-            raise self._fail("HEAD", key, exc) from exc
+        found = self._unless_missing("HEAD", key, self.client.head_object)
+        return None if found is None else int(found["ContentLength"])
 
     def delete(self, key: str) -> bool:
         from botocore.exceptions import BotoCoreError, ClientError
