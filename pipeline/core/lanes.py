@@ -29,7 +29,7 @@ from pipeline.core.states import KINDS, TaskKind
 
 INTERACTIVE, BULK = LANES = ("interactive", "bulk")
 MOST_PER_MESSAGE = 8    # task ids one message may carry (a worker refuses a message with more)
-WAITING_PER_WORKER = 4  # messages each worker of a queue has waiting before the queue's messages carry several tasks
+WAITING_PER_WORKER = 4  # messages a queue keeps waiting for each of its workers when its messages carry several tasks
 
 
 def queue_name(kind: str, lane: str = INTERACTIVE) -> str:
