@@ -23,8 +23,7 @@ from datetime import datetime, timezone
 from typing import Callable, TypeVar
 
 import psycopg
-import redis
-from rq import Queue, get_current_job
+from rq import get_current_job
 
 from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tasks
 from pipeline.core import policy
@@ -352,28 +351,15 @@ def run_task(*task_ids: int) -> str:
     statuses = []
     for i, task_id in enumerate(task_ids):
         rest = task_ids[i:]
-        if i and _hand_back(rt, job, rest):
+        if i and job and dispatch.hand_back(job.connection, job.origin, rest, job.id, only_if_idle=not rt.stopping()):
             break
         try:
             statuses.append(_run_one(rt, task_id, job_id))
         except BaseException:
-            if len(rest) > 1:
-                _hand_back(rt, job, rest[1:], force=True)
+            if job and len(rest) > 1:
+                dispatch.hand_back(job.connection, job.origin, rest[1:], job.id)
             raise
     return " ".join(statuses)
-
-
-def _hand_back(rt: runtime.Runtime, job, task_ids: tuple[int, ...], force: bool = False) -> bool:
-    """Whether the job gave `task_ids` back to its queue (see run_task); Redis out of reach: it keeps them."""
-    if job is None:
-        return False
-    try:
-        if force or rt.stopping() or not job.connection.llen(Queue.redis_queue_namespace_prefix + job.origin):
-            dispatch.hand_back(job.connection, job.origin, task_ids, job.id)
-            return True
-    except redis.RedisError as exc:
-        log("hand_back_failed", task_ids=list(task_ids), rq_job_id=job.id, error=exc.__class__.__name__)
-    return False
 
 
 def _run_one(rt: runtime.Runtime, task_id: int, job_id: str | None) -> str:

@@ -98,12 +98,22 @@ def _message_sizes(conn_redis: redis.Redis, by_queue: Mapping[str, Sequence[dict
     return sizes
 
 
-def hand_back(conn_redis: redis.Redis, queue: str, task_ids: Sequence[int], job_id: str) -> None:
-    """Put tasks a job carried but did not start back in its queue, a message each (their outbox rows are sent:
-    were this lost, the reconciler sends them again, as for any lost message)."""
-    Queue(queue, connection=conn_redis, serializer=SERIALIZER).enqueue_many(
-        [_job((task_id,), f"task-{task_id}-from-{job_id}") for task_id in task_ids])
+def hand_back(conn_redis: redis.Redis, queue: str, task_ids: Sequence[int], job_id: str, *,
+              only_if_idle: bool = False) -> bool:
+    """Put tasks a job carried but did not start back in its queue, a message each; with `only_if_idle`, only when
+    the queue holds no other message (idle workers then share them). Whether they went back; Redis out of reach:
+    False, and the job keeps them. Their outbox rows are sent: a message lost here is sent again by the
+    reconciler, as any lost message is."""
+    try:
+        if only_if_idle and conn_redis.llen(Queue.redis_queue_namespace_prefix + queue):
+            return False
+        Queue(queue, connection=conn_redis, serializer=SERIALIZER).enqueue_many(
+            [_job((task_id,), f"task-{task_id}-from-{job_id}") for task_id in task_ids])
+    except redis.RedisError as exc:
+        log("hand_back_failed", queue=queue, task_ids=list(task_ids), rq_job_id=job_id, error=exc.__class__.__name__)
+        return False
     log("handed_back", queue=queue, task_ids=list(task_ids), rq_job_id=job_id)
+    return True
 
 
 def _lane(row: dict) -> str:
