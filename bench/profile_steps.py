@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # (file path suffix, function) -> step; the innermost frame on a stack that matches names the step
 STEPS = [
-    ("pipeline/attempt.py", "_claim_once", "claim (attempt_claim: claim, reuse, input, slot + rate)"),
+    ("pipeline/attempt.py", "_claim_in", "claim (attempt_claim: claim, reuse, input, slot + rate)"),
     ("pipeline/tasks.py", "fail_past_deadline", "claim found nothing"),
     ("pipeline/tasks.py", "find_reusable", "reuse check (asset_inputs_find)"),
     ("pipeline/attempt.py", "look", "lease check (tasks_lease_look, a read)"),

@@ -10,7 +10,9 @@ time and CPU per task and the median (and quartiles) of the per-round ratios, af
 speed drifts by a factor of two within minutes, so a ratio is only worth something when both sides were
 measured together like this.
 
-    .venv/bin/python bench/task_ab.py --before ../other-checkout [--after .] [--rounds 60] [--batch 30]
+    .venv/bin/python bench/task_ab.py --before ../other-checkout [--after .] [--rounds 60] [--batch 30] [--per-message 1]
+
+`--per-message 8` gives the job eight task ids at a time, as a message does when its queue holds a backlog.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ BLOCKS = 20    # per lesson
 WARM_UP = 20   # tasks each side does before the first measured batch (connections, prepared statements)
 
 
-def serve(root: Path, tasks: int) -> None:
+def serve(root: Path, tasks: int, per_message: int) -> None:
     """The child: fill one stack with lessons, then do `n` tasks for every line `n` read; print the cost of each batch."""
     sys.path.insert(0, str(root))
     from bench.common import draft, quiet_logs, servers
@@ -54,18 +56,19 @@ def serve(root: Path, tasks: int) -> None:
             for line in sys.stdin:
                 batch = [next(ids) for _ in range(int(line))]
                 cpu, wall = time.process_time(), time.perf_counter()
-                for task_id in batch:
-                    status = run_task(task_id)
-                    if status != "succeeded":
-                        raise SystemExit(f"task {task_id} ended {status}: the comparison would be unfair")
+                for k in range(0, len(batch), per_message):
+                    group = batch[k:k + per_message]
+                    statuses = run_task(*group).split()
+                    if statuses != ["succeeded"] * len(group):
+                        raise SystemExit(f"tasks {group} ended {statuses}: the comparison would be unfair")
                 print(json.dumps({"cpu": (time.process_time() - cpu) / len(batch),
                                   "wall": (time.perf_counter() - wall) / len(batch)}), flush=True)
 
 
 class Side:
-    def __init__(self, name: str, root: Path, tasks: int) -> None:
+    def __init__(self, name: str, root: Path, tasks: int, per_message: int) -> None:
         self.name, self.root, self.batches = name, root, []
-        self.proc = subprocess.Popen([sys.executable, str(HERE), "--serve", str(root), str(tasks)],
+        self.proc = subprocess.Popen([sys.executable, str(HERE), "--serve", str(root), str(tasks), str(per_message)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.commit = json.loads(self._read())["commit"]
 
@@ -96,15 +99,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--after", type=Path, default=HERE.parent.parent)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--batch", type=int, default=30, help="tasks per side per round")
-    parser.add_argument("--serve", nargs=2, metavar=("ROOT", "TASKS"), help=argparse.SUPPRESS)
+    parser.add_argument("--per-message", type=int, default=1, help="task ids per call of the job (1 to 8)")
+    parser.add_argument("--serve", nargs=3, metavar=("ROOT", "TASKS", "PER_MESSAGE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(Path(args.serve[0]).resolve(), int(args.serve[1]))
+        serve(Path(args.serve[0]).resolve(), int(args.serve[1]), int(args.serve[2]))
         return 0
     if args.before is None:
         parser.error("--before: name the checkout to compare with (git worktree add ../before <commit>)")
     tasks = args.rounds * args.batch + WARM_UP
-    sides = [Side("before", args.before.resolve(), tasks), Side("after", args.after.resolve(), tasks)]
+    sides = [Side(name, root.resolve(), tasks, args.per_message)
+             for name, root in (("before", args.before), ("after", args.after))]
     try:
         for side in sides:
             side.run(WARM_UP)
@@ -115,7 +120,8 @@ def main(argv: list[str]) -> int:
         for side in sides:
             side.close()
     before, after = sides
-    print(f"{args.rounds} rounds of {args.batch} media tasks per side, one task at a time, RQ left out:")
+    print(f"{args.rounds} rounds of {args.batch} media tasks per side, {args.per_message} per call of the job, "
+          "RQ left out:")
     for side in sides:
         print(f"  {side.name} ({side.commit}): wall {statistics.median(b['wall'] for b in side.batches) * 1000:.2f} ms, "
               f"CPU {statistics.median(b['cpu'] for b in side.batches) * 1000:.2f} ms per task (medians of rounds)")

@@ -5,11 +5,12 @@ new lease in one statement (`attempt_claim`), with the hold on its input's one p
 needs no booking, its call slot; the attempt then reuses the asset its input already has, or parks behind the
 task that holds the input, or takes what its call still needs (`pipeline.slots.take`), checks its lease and
 hands the work to the process's executor (`pipeline.executor`); `_succeed` writes a success with what the call
-owes in one statement (`tasks.succeed`, `attempt_succeed`), `_finish` any other outcome (`pipeline.tasks`)
+owes in one statement (`tasks.succeed_in`, `attempt_succeed`), `_finish` any other outcome (`pipeline.tasks`)
 with what the call owes (`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its
-lease, what the claim found and the call it took. A message carries only task ids, usually one (several when
-its queue held a backlog, run in turn): a duplicate or early message claims nothing and returns. The job's
-return value carries no business state.
+lease, what the claim found and the call it took. A message (`Message`) carries only task ids, usually one
+(several when its queue held a backlog, run in turn, each next one claimed in its predecessor's successful
+completion): a duplicate or early message claims nothing and returns. The job's return value carries no
+business state.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Attempt:
         self._wake: psycopg.Cursor | None = None   # the wake of the slot waiters its release lets run
         self.woken_ids: list[int] = []             # or their outbox rows, when the success freed the slot
         self.lost = self.cancel_requested = self._told = False
+        self.message: Message | None = None      # the RQ message it came in, when a worker runs it
         self._lock = threading.Lock()
 
     def __enter__(self) -> "Attempt":
@@ -192,44 +194,47 @@ def _written(rt: runtime.Runtime, write: Callable[[psycopg.Connection], T]) -> T
 def claim(rt: runtime.Runtime, task_id: int, job_id: str | None = None) -> Attempt | None:
     """Take the task for one attempt, or None when it is not runnable now (nothing is changed then): workers,
     tests and benchmarks all claim so."""
-    return _written(rt, lambda conn: _claim_once(rt, conn, task_id, job_id))
+    def once(conn: psycopg.Connection) -> Attempt | None:
+        # Its COMMIT goes only once the answer is read (not a lone autocommit statement, which commits even when
+        # its client died while it waited): a worker that dies while its claim waits leaves nothing claimed. Not
+        # in pipeline mode, which costs psycopg twice the CPU of the extra round trip for BEGIN
+        # (docs/performance.md).
+        with conn.transaction():
+            return _claim_in(rt, conn, task_id, job_id)
+    return _written(rt, once)
 
 
-def _claim_once(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
-    """The claim as one statement (`attempt_claim`) in its own transaction: the move to `running` under a new lease,
-    the hold on the input's one paid call, the input's stored asset and the provider's earlier refusal of it and,
-    for a task that holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and
+def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
+    """The claim as one statement (`attempt_claim`), in the caller's transaction: the move to `running` under a new
+    lease, the hold on the input's one paid call, the input's stored asset and the provider's earlier refusal of it
+    and, for a task that holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and
     rate token; a call that needs a booking takes all it needs in the same transaction (`slots.take`)."""
     cfg, token = rt.settings, uuid.uuid4()
     check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
     check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
-    # Its COMMIT goes only once the answer is read (not a lone autocommit statement, which commits even when its
-    # client died while it waited): a worker that dies while its claim waits leaves nothing claimed. Not in
-    # pipeline mode, which costs psycopg twice the CPU of the extra round trip for BEGIN (docs/performance.md).
-    with conn.transaction():
-        row = db.one(conn, "tasks_claim", {
-            "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
-            "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
-            "calls": rt.slot_table.in_claim(cfg, rt.executor.provider_name)})
-        if row is None:
-            return None
-        task = Task.from_row(row)
-        stored = None if row["stored_sha256"] is None else Asset(
-            row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
-            row["stored_height"], row["stored_duration_ms"])
-        attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
-        if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
-            attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
-                                      f"{row['refused_message']}; edit the block, or retry the task to send it again")
-        elif stored is None and attempt.holds_input:   # a bundle holds no input
-            try:
-                if slots.taken_in_claim(cfg, task.kind):
-                    attempt.call = rt.slot_table.taken(task, cfg, row)
-                else:
-                    attempt.take_call(conn)
-            except Busy as exc:   # nothing was taken (SlotsBusy and BudgetReached are Busy); the claim stands
-                attempt.refused = exc
-        return attempt
+    row = db.one(conn, "tasks_claim", {
+        "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
+        "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
+        "calls": rt.slot_table.in_claim(cfg, rt.executor.provider_name)})
+    if row is None:
+        return None
+    task = Task.from_row(row)
+    stored = None if row["stored_sha256"] is None else Asset(
+        row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
+        row["stored_height"], row["stored_duration_ms"])
+    attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
+    if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
+        attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
+                                  f"{row['refused_message']}; edit the block, or retry the task to send it again")
+    elif stored is None and attempt.holds_input:   # a bundle holds no input
+        try:
+            if slots.taken_in_claim(cfg, task.kind):
+                attempt.call = rt.slot_table.taken(task, cfg, row)
+            else:
+                attempt.take_call(conn)
+        except Busy as exc:   # nothing was taken (SlotsBusy and BudgetReached are Busy); the claim stands
+            attempt.refused = exc
+    return attempt
 
 
 def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Connection], T]) -> T:
@@ -245,16 +250,25 @@ def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Conn
 
 
 def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tuple[str, list[int]]:
-    """Complete the task with its asset and what its call owes (`tasks.succeed`); LeaseLost once that is written,
-    when the lease was lost meanwhile."""
-    try:
-        done = _written(rt, lambda conn: tasks.succeed(conn, attempt.task, asset, actor=rt.worker_id,
-                                                       call=attempt.call, **how))
-    except LeaseLost:
-        attempt.settled = True   # the paid result, its ledger row and its slot were written all the same
-        raise
-    attempt.settled = True
+    """Complete the task with its asset and what its call owes (`tasks.succeed_in`) in one transaction, whose
+    COMMIT is sent once the answer is read (as the claim's); LeaseLost once that is written, when the lease was
+    lost meanwhile. The next task of the message, if it is to run here, is claimed in the same transaction: one
+    commit, and one wait for its WAL flush, less per task."""
+    message = attempt.message
+    following = message.next_after(attempt.task.id) if message else None
+
+    def once(conn: psycopg.Connection) -> tasks.Success:
+        with conn.transaction():
+            done = tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id, call=attempt.call, **how)
+            if following is not None:
+                message.claimed[following] = _claim_in(rt, conn, following, message.job_id)
+        return done
+
+    done = _written(rt, once)
+    attempt.settled = True   # the paid result, its ledger row and its slot were written, lease or not
     attempt.woken_ids = done.woken
+    if done.lost is not None:
+        raise done.lost
     return done.status.value, done.unblocked
 
 
@@ -339,31 +353,58 @@ def _run(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]]:
     return _succeed(rt, attempt, asset)
 
 
-def run_task(*task_ids: int) -> str:
-    """The RQ job: each task its message carries, in turn, one attempt each; their statuses.
+class Message:
+    """The tasks of one RQ message, run here in turn: each next one is claimed with the success before it.
 
     A message carries several tasks only when its queue held a backlog (`lanes.tasks_per_message`). The tasks it
     has not started yet go back to the queue, a message each, when the queue has run dry (so that idle workers
     share them) or this worker was asked to stop, and when a task's run raised (the job then fails as before)."""
-    rt = runtime.current()
-    job = get_current_job()
-    job_id = job.id if job else None
-    statuses = []
-    for i, task_id in enumerate(task_ids):
-        rest = task_ids[i:]
-        if i and job and dispatch.hand_back(job.connection, job.origin, rest, job.id, only_if_idle=not rt.stopping()):
-            break
-        try:
-            statuses.append(_run_one(rt, task_id, job_id))
-        except BaseException:
-            if job and len(rest) > 1:
-                dispatch.hand_back(job.connection, job.origin, rest[1:], job.id)
-            raise
-    return " ".join(statuses)
+
+    def __init__(self, rt: runtime.Runtime, task_ids: tuple[int, ...]) -> None:
+        self.rt, self.task_ids = rt, task_ids
+        self.job = get_current_job()
+        self.job_id = self.job.id if self.job else None
+        self.claimed: dict[int, Attempt | None] = {}   # claimed with the success before it (None: not runnable)
+        self.handed_back = False
+
+    def _hand_back(self, rest: tuple[int, ...], *, only_if_idle: bool) -> bool:
+        if self.job is None or not rest:
+            return False
+        self.handed_back = dispatch.hand_back(self.job.connection, self.job.origin, rest, self.job.id,
+                                              only_if_idle=only_if_idle)
+        return self.handed_back
+
+    def next_after(self, task_id: int) -> int | None:
+        """The task to claim with this one's success: the next, unless the rest went back to the queue now."""
+        i = self.task_ids.index(task_id) + 1
+        if i == len(self.task_ids) or self._hand_back(self.task_ids[i:], only_if_idle=not self.rt.stopping()):
+            return None
+        return self.task_ids[i]
+
+    def run(self) -> str:
+        statuses = []
+        for i, task_id in enumerate(self.task_ids):
+            rest = self.task_ids[i:]
+            if self.handed_back or (i and task_id not in self.claimed
+                                    and self._hand_back(rest, only_if_idle=not self.rt.stopping())):
+                break
+            try:
+                statuses.append(_run_one(self, task_id))
+            except BaseException:   # one claimed with this task's success is left to its lease's end
+                if not self.handed_back:
+                    self._hand_back(tuple(t for t in rest[1:] if t not in self.claimed), only_if_idle=False)
+                raise
+        return " ".join(statuses)
 
 
-def _run_one(rt: runtime.Runtime, task_id: int, job_id: str | None) -> str:
-    attempt = claim(rt, task_id, job_id)
+def run_task(*task_ids: int) -> str:
+    """The RQ job: each task its message carries, in turn, one attempt each (`Message`); their statuses."""
+    return Message(runtime.current(), task_ids).run()
+
+
+def _run_one(message: Message, task_id: int) -> str:
+    rt, job_id = message.rt, message.job_id
+    attempt = message.claimed.pop(task_id) if task_id in message.claimed else claim(rt, task_id, job_id)
     if attempt is None:
         if pauses.hold_if_paused(rt.conn(), task_id):   # sent again when the lane resumes
             log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="lane paused")
@@ -372,6 +413,7 @@ def _run_one(rt: runtime.Runtime, task_id: int, job_id: str | None) -> str:
                                           last_error=tasks.DEADLINE_BEFORE_CLAIM)
         log("job_skipped", task_id=task_id, rq_job_id=job_id, reason="deadline passed" if failed else "not runnable")
         return "failed" if failed else "skipped"
+    attempt.message = message
     task = attempt.task
     fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,
               "attempt": task.attempts, "lease_token": task.lease_token, "rq_job_id": job_id}

@@ -288,7 +288,7 @@ def succeed(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, c
             **how) -> Success:
     """`succeed_in` in a transaction of its own, whose COMMIT is sent once the answer is read: a worker that dies
     while its success waits (on a lock, a slow server) commits nothing, and the reconciler decides from the
-    receipts. Not in pipeline mode (see `attempt._claim_once`). LeaseLost after the commit when the lease was lost."""
+    receipts. Not in pipeline mode (see `attempt.claim`). LeaseLost after the commit when the lease was lost."""
     with conn.transaction():
         done = succeed_in(conn, task, asset, actor=actor, call=call, **how)
     if done.lost is not None:

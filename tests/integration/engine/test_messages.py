@@ -1,6 +1,7 @@
 """What a message carries: one task, or up to eight when its queue holds a backlog (pipeline/dispatch.py); the tasks
 a message has not started go back to the queue when the queue runs dry, the worker is asked to stop, or a task's
-run raises; every task runs once either way."""
+run raises; every task runs once either way. The next task of a message is claimed in the transaction of the
+success before it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import redis
 from rq import Queue
 
 from bin.worker import Worker
-from pipeline import dispatch, versions
+from pipeline import attempt, dispatch, versions
+from pipeline.db import connect
 from testkit.helpers import draft, task_rows, work_burst
 
 
@@ -118,3 +120,36 @@ def test_a_task_whose_run_raises_fails_the_job_and_gives_back_the_rest(conn, cfg
     assert job.get_status(refresh=True) == "failed"
     assert carried(client)[1:] == [(b,), (c,)]
     assert executor.calls == []
+
+
+def xmins(cfg, to_status: str) -> dict[int, int]:
+    """Per task, the transaction that wrote its event into `to_status` (the event row's xmin)."""
+    with connect(cfg.database_url, autocommit=True) as c:
+        rows = c.execute("SELECT task_id, xmin::text::bigint AS tx FROM events WHERE to_status = %s",
+                         (to_status,)).fetchall()
+    return {r["task_id"]: r["tx"] for r in rows}
+
+
+def test_the_next_task_of_a_message_is_claimed_in_the_commit_of_the_success_before_it(conn, cfg, rt, executor):
+    client = redis.Redis.from_url(cfg.redis_url)
+    a, b, c, d = save_images(conn, cfg, lessons=1, blocks=4)
+    image_queue(client).enqueue(dispatch.JOB_FUNC, a, b, c)
+    image_queue(client).enqueue(dispatch.JOB_FUNC, d)   # the queue is not dry: the message keeps its tasks
+    one_job(client)
+    assert executor.calls == [a, b, c]
+    claimed, succeeded = xmins(cfg, "running"), xmins(cfg, "succeeded")
+    assert succeeded[a] == claimed[b] and succeeded[b] == claimed[c]   # one commit each, not two
+    assert claimed[a] not in (succeeded[a], succeeded[b], succeeded[c])   # the message's first claim stands alone
+
+
+def test_a_task_claimed_with_a_success_that_found_its_lease_lost_still_runs(conn, cfg, rt, executor):
+    a, b, c = save_images(conn, cfg, lessons=1, blocks=3)
+
+    def lease_taken(task, call):  # noqa: ARG001 - the lease expired during the call and was taken by another claim
+        with connect(cfg.database_url, autocommit=True) as other:
+            other.execute("UPDATE tasks SET lease_token = gen_random_uuid() WHERE id = %s", (task.id,))
+    executor.script[a] = [lease_taken]
+    assert attempt.run_task(a, b, c) == "lease_lost succeeded succeeded"
+    assert executor.calls == [a, b, c]
+    assert {r["id"]: r["status"] for r in task_rows(cfg.database_url) if r["kind"] == "image"} == {
+        a: "running", b: "succeeded", c: "succeeded"}
