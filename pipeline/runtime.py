@@ -13,6 +13,7 @@ parent alone, since closing them would end the parent's sessions.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import threading
@@ -48,14 +49,17 @@ class Heartbeats:
         self._due: dict[Beating, tuple[float, float]] = {}   # attempt -> (next beat, interval), monotonic
         self._beating: Beating | None = None
         self._thread: threading.Thread | None = None
+        self._sleeps_until = math.inf   # when the waiting thread wakes on its own (inf: it waits for a watch)
 
     def watch(self, attempt: Beating, every: float) -> None:
         with self._cond:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
                 self._thread.start()
-            self._due[attempt] = (time.monotonic() + every, every)
-            self._cond.notify_all()
+            due = time.monotonic() + every
+            self._due[attempt] = (due, every)
+            if due < self._sleeps_until:   # a later beat than the one it waits for is seen when it wakes
+                self._cond.notify_all()
 
     def forget(self, attempt: Beating) -> None:
         with self._cond:
@@ -83,12 +87,15 @@ class Heartbeats:
         """Wait (holding the condition) for the first attempt whose beat is due."""
         while True:
             if not self._due:
+                self._sleeps_until = math.inf
                 self._cond.wait()
                 continue
             attempt, (due, _) = min(self._due.items(), key=lambda item: item[1][0])
             left = due - time.monotonic()
             if left <= 0:
+                self._sleeps_until = -math.inf   # beating: a watch meanwhile is seen by the next look
                 return attempt
+            self._sleeps_until = due
             self._cond.wait(left)
 
 

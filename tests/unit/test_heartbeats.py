@@ -1,5 +1,6 @@
 """The worker process's one heartbeat thread (pipeline/runtime.py, Heartbeats): each watched attempt beats on
-its own interval, a forgotten one never again, and forgetting waits for a beat in progress."""
+its own interval, a forgotten one never again, and forgetting waits for a beat in progress; a watch wakes the
+thread only when its first beat is due before the one the thread sleeps towards."""
 
 import threading
 import time
@@ -73,3 +74,22 @@ def test_a_beat_that_raises_does_not_stop_the_thread():
     assert failing.wait_for(3) and steady.wait_for(3)   # the failing one is beaten again, and the other goes on
     beats.forget(failing)
     beats.forget(steady)
+
+
+def test_a_watch_due_before_the_beat_the_thread_waits_for_wakes_it_and_a_later_one_is_not_late():
+    beats = Heartbeats()
+    slow, fast = Attempt(), Attempt()
+    beats.watch(slow, 30.0)   # the thread now sleeps until 30 s from now
+    time.sleep(0.05)
+    started = time.monotonic()
+    beats.watch(fast, 0.1)    # due long before that: the watch must wake it
+    assert fast.wait_for(1, seconds=5)
+    assert 0.1 <= fast.times[0] - started < 2.0
+    beats.forget(fast)
+    beats.forget(slow)
+    later = Attempt()
+    started = time.monotonic()
+    beats.watch(later, 0.2)   # the thread may still sleep towards the forgotten ones' beats, due later than this
+    assert later.wait_for(1, seconds=5)
+    assert 0.2 <= later.times[0] - started < 2.0
+    beats.forget(later)
