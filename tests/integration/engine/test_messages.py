@@ -105,6 +105,8 @@ def test_a_worker_asked_to_stop_gives_back_what_it_has_not_started(conn, cfg, rt
     one_job(client)
     assert executor.calls == [a]
     assert carried(client) == [(d,), (b,), (c,)]
+    assert {r["id"]: r["status"] for r in task_rows(cfg.database_url) if r["kind"] == "image"} == {
+        a: "succeeded", b: "ready", c: "ready", d: "ready"}   # given back unclaimed, not claimed with a's success
 
 
 def test_a_task_whose_run_raises_fails_the_job_and_gives_back_the_rest(conn, cfg, rt, executor, monkeypatch):
