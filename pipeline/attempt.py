@@ -255,7 +255,7 @@ def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tupl
     lost meanwhile. The next task of the message, if it is to run here, is claimed in the same transaction: one
     commit, and one wait for its WAL flush, less per task."""
     message = attempt.message
-    following = message.next_after(attempt.task.id) if message else None
+    following = message.next_task() if message else None
 
     def once(conn: psycopg.Connection) -> tasks.Success:
         with conn.transaction():
@@ -366,6 +366,7 @@ class Message:
         self.job_id = self.job.id if self.job else None
         self.claimed: dict[int, Attempt | None] = {}   # claimed with the success before it (None: not runnable)
         self.handed_back = False
+        self.at = 0   # the position of the task running now
 
     def _hand_back(self, rest: tuple[int, ...], *, only_if_idle: bool) -> bool:
         if self.job is None or not rest:
@@ -374,9 +375,9 @@ class Message:
                                               only_if_idle=only_if_idle)
         return self.handed_back
 
-    def next_after(self, task_id: int) -> int | None:
-        """The task to claim with this one's success: the next, unless the rest went back to the queue now."""
-        i = self.task_ids.index(task_id) + 1
+    def next_task(self) -> int | None:
+        """The task to claim with the running one's success: the next, unless the rest went back to the queue now."""
+        i = self.at + 1
         if i == len(self.task_ids) or self._hand_back(self.task_ids[i:], only_if_idle=not self.rt.stopping()):
             return None
         return self.task_ids[i]
@@ -384,7 +385,7 @@ class Message:
     def run(self) -> str:
         statuses = []
         for i, task_id in enumerate(self.task_ids):
-            rest = self.task_ids[i:]
+            rest, self.at = self.task_ids[i:], i
             if self.handed_back or (i and task_id not in self.claimed
                                     and self._hand_back(rest, only_if_idle=not self.rt.stopping())):
                 break
