@@ -90,7 +90,7 @@ def _message_sizes(conn_redis: redis.Redis, by_queue: Mapping[str, Sequence[dict
         return sizes
     with conn_redis.pipeline(transaction=False) as pipe:
         for name in asked:
-            pipe.llen(Queue.redis_queue_namespace_prefix + name)
+            pipe.llen(_queue_key(name))
             pipe.scard(WORKERS_BY_QUEUE_KEY % name)
         answers = pipe.execute()
     for i, name in enumerate(asked):
@@ -105,7 +105,7 @@ def hand_back(conn_redis: redis.Redis, queue: str, task_ids: Sequence[int], job_
     False, and the job keeps them. Their outbox rows are sent: a message lost here is sent again by the
     reconciler, as any lost message is."""
     try:
-        if only_if_idle and conn_redis.llen(Queue.redis_queue_namespace_prefix + queue):
+        if only_if_idle and conn_redis.llen(_queue_key(queue)):
             return False
         Queue(queue, connection=conn_redis, serializer=SERIALIZER).enqueue_many(
             [_job((task_id,), f"task-{task_id}-from-{job_id}") for task_id in task_ids])
@@ -114,6 +114,11 @@ def hand_back(conn_redis: redis.Redis, queue: str, task_ids: Sequence[int], job_
         return False
     log("handed_back", queue=queue, task_ids=list(task_ids), rq_job_id=job_id)
     return True
+
+
+def _queue_key(name: str) -> str:
+    """The Redis list of an RQ queue's waiting messages."""
+    return Queue.redis_queue_namespace_prefix + name
 
 
 def _lane(row: dict) -> str:
@@ -183,7 +188,7 @@ def _bulk_room(conn_redis: redis.Redis, depth: Mapping[str, int]) -> dict[str, i
     """Free places per bulk queue (`room_<kind>`): its depth minus the messages waiting in it."""
     with conn_redis.pipeline(transaction=False) as pipe:
         for kind in KINDS:
-            pipe.llen(Queue.redis_queue_namespace_prefix + queue_name(kind, BULK))
+            pipe.llen(_queue_key(queue_name(kind, BULK)))
         waiting = dict(zip(KINDS, pipe.execute()))
     return {f"room_{kind}": max(0, depth[kind] - waiting[kind]) for kind in KINDS}
 
