@@ -204,14 +204,17 @@ def claim(rt: runtime.Runtime, task_id: int, job_id: str | None = None) -> Attem
     return _written(rt, once)
 
 
+# The claim's moves are constants: checked once, at import (`tasks_claim` moves a ready or retry task to running).
+check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
+check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
+
+
 def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
     """The claim as one statement (`attempt_claim`), in the caller's transaction: the move to `running` under a new
     lease, the hold on the input's one paid call, the input's stored asset and the provider's earlier refusal of it
     and, for a task that holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and
     rate token; a call that needs a booking takes all it needs in the same transaction (`slots.take`)."""
     cfg, token = rt.settings, uuid.uuid4()
-    check_transition(TaskStatus.READY, TaskStatus.RUNNING, "worker")
-    check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
     row = db.one(conn, "tasks_claim", {
         "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
         "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,

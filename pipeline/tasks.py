@@ -44,6 +44,9 @@ def _may(froms: frozenset[TaskStatus] | tuple[TaskStatus, ...], to: TaskStatus, 
         check_transition(status, to, by)
 
 
+_may((S.RUNNING,), S.SUCCEEDED, "worker")   # `succeed_in`'s move is a constant: checked once, at import
+
+
 def fail_past_deadline(conn: psycopg.Connection, task_ids: list[int], *, actor: str, by: str,
                        last_error: str = "deadline passed") -> list[int]:
     """Fail those of these waiting tasks whose deadline passed, each with a dead letter; the ids that failed.
@@ -263,7 +266,6 @@ def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str
     caller raises `Success.lost` after the commit. A cancel requested meanwhile cancels the task. `reused_from`: the
     provider whose earlier call made the asset; the `reused` event and ledger row are written with the completion.
     """
-    check_transition(S.RUNNING, S.SUCCEEDED, "worker")
     ledger = None if call is None or call.ledger is None else Jsonb(dict(call.ledger, attempt=task.attempts))
     row = db.one(conn, "tasks_succeed", {
         "task_id": task.id, "lease_token": task.lease_token, "actor": actor, "sha256": asset.sha256,
