@@ -24,6 +24,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 from datetime import timezone
 from pathlib import Path
 
@@ -77,7 +78,9 @@ def _finish(stack: Stack, procs: list, before_cpu: CpuSnapshot, before_pg: dict,
     return Run(who, cls, len(procs), items, seconds, cpu, {k: after_pg[k] - before_pg[k] for k in after_pg}, calls)
 
 
-def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag: str) -> Run:
+def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag: str,
+             at_start: Callable[[], None] = lambda: None) -> Run:
+    """`at_start` runs once the database, Redis and the workers are ready, right before the measured window."""
     from pipeline import dispatch, versions
     stack.use_database(f"ours_{tag}")
     stack.redis().flushdb()
@@ -86,6 +89,7 @@ def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag:
     lessons = max(1, round(tasks / tasks_per_lesson(blocks)))
     drafts = [draft(blocks, f"{tag}-{i}") for i in range(lessons)]
     conn_redis = stack.redis()
+    at_start()
     before_pg = settle_pg_stats(stack, wait=0)
     before_redis = redis_calls(conn_redis)
     before_cpu = CpuSnapshot.take(stack, procs)
