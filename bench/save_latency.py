@@ -7,6 +7,11 @@ Side by side in the same run, with the same clients and the same gunicorn settin
   tasks, 40 dependencies, 40 outbox rows), then the fast-path enqueue of the 40 runnable tasks;
 * plain RQ (bench/naive_web.py): the same body validated by the same parser, 40 jobs enqueued
   straight into Redis;
+* ours with busy workers: the same, with workers registered on the queues as the Procfile's pools run them by
+  default (4 on `image`, 4 on `tts`; the entries RQ adds when a worker starts) but none taking a message, as when
+  every worker is on a call: once a queue holds a backlog our sender packs up to eight tasks in a message
+  (`pipeline.core.lanes.tasks_per_message`). With no worker registered it sends one task a message (how many
+  workers will come is not known), which the first variant measures;
 * the HTTP floor: `GET /healthz` of our app;
 * ours without HTTP: `versions.save` + `dispatch.send_now` called from 20 threads, each with its
   own connection (the pipeline's share of the latency), and from one thread (a save's own duration,
@@ -158,6 +163,22 @@ def reset(stack: Stack) -> int:
     return pending
 
 
+BUSY_WORKERS = {"image": 4, "tts": 4}   # the Procfile's pools on each queue with the default settings (bin/workers)
+
+
+def with_busy_workers(stack: Stack, run):
+    """`run()` while workers are registered on the queues (RQ's entries) and none takes a message."""
+    from rq.worker_registration import WORKERS_BY_QUEUE_KEY
+    conn_redis = stack.redis()
+    keys = [WORKERS_BY_QUEUE_KEY % queue for queue in BUSY_WORKERS]
+    for queue, count in BUSY_WORKERS.items():
+        conn_redis.sadd(WORKERS_BY_QUEUE_KEY % queue, *(f"rq:worker:busy-{queue}-{i}" for i in range(count)))
+    try:
+        return run()
+    finally:
+        conn_redis.delete(*keys)
+
+
 def variants(stack: Stack, args, token: str, ours_port: int, plain_port: int) -> dict:
     """name -> run(requests per client) -> (latencies, wall seconds)."""
     counter = iter(range(10**9))
@@ -173,6 +194,9 @@ def variants(stack: Stack, args, token: str, ours_port: int, plain_port: int) ->
     return {
         "ours: POST /api/contents (gunicorn, 4 workers)": lambda r: http_round(
             ours_port, "POST", "/api/contents", bodies(c, r), {**json_headers, "X-API-Key": token}, 202),
+        "ours with busy workers: POST /api/contents (gunicorn, 4 workers)": lambda r: with_busy_workers(
+            stack, lambda: http_round(ours_port, "POST", "/api/contents", bodies(c, r),
+                                      {**json_headers, "X-API-Key": token}, 202)),
         "plain RQ: POST /api/contents (gunicorn, 4 workers)": lambda r: http_round(
             plain_port, "POST", "/api/contents", bodies(c, r), json_headers, 202),
         "HTTP floor: GET /healthz of our app": lambda r: http_round(
@@ -223,13 +247,14 @@ def report(args, results: dict[str, list[float]], rates: dict[str, list[float]],
         f"{pending_max:,} tasks were pending at the end of a round):")
     say(table(["variant", "requests", "p50", "p90", "p99", "max", "requests/s"], rows))
     names = list(results)
-    ours, plain = results[names[0]], results[names[1]]
+    ours, busy, plain = results[names[0]], results[names[1]], results[names[2]]
     say()
     if WAITING:
         say(f"while {args.clients} threads saved without HTTP, {median(WAITING[1:] or WAITING):.1f} sessions on "
             "average were waiting on the admission lock (pg_stat_activity, sampled every 10 ms)")
-    say(f"ours / plain RQ over HTTP: p50 {percentile(ours, 50) / percentile(plain, 50):.1f}x, "
-        f"p99 {percentile(ours, 99) / percentile(plain, 99):.1f}x")
+    for label, mine in (("ours", ours), ("ours with busy workers", busy)):
+        say(f"{label} / plain RQ over HTTP: p50 {percentile(mine, 50) / percentile(plain, 50):.2f}x, "
+            f"p99 {percentile(mine, 99) / percentile(plain, 99):.2f}x")
 
 
 if __name__ == "__main__":
