@@ -24,9 +24,9 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
 from datetime import timezone
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
