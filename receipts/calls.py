@@ -1,8 +1,4 @@
-"""Receipts of provider calls, one pair per attempt: `receipts/7000-7999/7123-0001-intent.json` (and `-result`).
-
-A folder holds the receipts of a thousand task ids, so a new task's first receipt does not make a folder (a mkdir and
-an fsync of its parent, per task); receipts written in the earlier layout, a folder per task
-(`receipts/7123/0001-intent.json`), are still read, listed and compacted.
+"""Receipts of provider calls, one pair per attempt, under `receipts/<task id>/` of the store.
 
 The store is a local directory (MEDIA_DIR) or an S3 bucket shared by every machine
 (receipts/objects.py). The intent receipt is durable (fsynced, or its PUT acknowledged)
@@ -15,7 +11,6 @@ made with an unknown outcome, or made and its result kept.
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -23,8 +18,6 @@ from pathlib import Path
 
 from receipts.media import objects_of
 from receipts.objects import Objects
-
-_EARLIER_NAME = re.compile(r"\d{4,}-(intent|result)\.json")   # a receipt in a task's own folder (earlier layout)
 
 
 @dataclass(frozen=True)
@@ -59,23 +52,10 @@ class ReceiptBook:
     def __init__(self, where: Objects | Path | str) -> None:
         self.objects = objects_of(where)
 
-    SHARD = 1000
-
-    @classmethod
-    def _key(cls, task_id: int, attempt: int, what: str) -> str:
+    @staticmethod
+    def _key(task_id: int, attempt: int, what: str) -> str:
         if not (isinstance(task_id, int) and isinstance(attempt, int) and task_id > 0 and attempt > 0):
             raise ValueError(f"receipts are kept per positive task id and attempt, not {task_id!r}/{attempt!r}")
-        return f"{cls._prefix(task_id)}{attempt:04d}-{what}.json"
-
-    @classmethod
-    def _prefix(cls, task_id: int) -> str:
-        """The start of every key of a task's receipts: its thousand's folder, then its id."""
-        first = task_id // cls.SHARD * cls.SHARD
-        return f"receipts/{first}-{first + cls.SHARD - 1}/{task_id}-"
-
-    @staticmethod
-    def _earlier_key(task_id: int, attempt: int, what: str) -> str:
-        """Where the earlier layout, a folder per task, kept the same receipt."""
         return f"receipts/{task_id}/{attempt:04d}-{what}.json"
 
     STORE_KEY = "receipts/STORE"
@@ -101,15 +81,13 @@ class ReceiptBook:
         self.objects.put(self._key(outcome.task_id, outcome.attempt, "result"), json.dumps(asdict(outcome)).encode())
 
     def intent(self, task_id: int, attempt: int) -> Intent | None:
-        return self._read(task_id, attempt, "intent", Intent)
+        return self._read(self._key(task_id, attempt, "intent"), Intent)
 
     def result(self, task_id: int, attempt: int) -> ResultReceipt | None:
-        return self._read(task_id, attempt, "result", ResultReceipt)
+        return self._read(self._key(task_id, attempt, "result"), ResultReceipt)
 
-    def _read(self, task_id: int, attempt: int, what: str, kind):
-        data = self.objects.get(self._key(task_id, attempt, what))
-        if data is None:
-            data = self.objects.get(self._earlier_key(task_id, attempt, what))
+    def _read(self, key: str, kind):
+        data = self.objects.get(key)
         if data is None:
             return None
         try:
@@ -118,10 +96,7 @@ class ReceiptBook:
             return None  # a torn write cannot happen (atomic rename, whole PUT); anything else is not ours
 
     def _keys(self, task_id: int) -> list[str]:
-        """The keys of a task's receipts, those of the earlier layout first (they are older)."""
-        task_id = int(task_id)
-        earlier = [k for k in self.objects.keys(f"receipts/{task_id}/") if _EARLIER_NAME.fullmatch(k.rsplit("/", 1)[1])]
-        return earlier + [k for k in self.objects.keys(self._prefix(task_id)) if k.endswith(".json")]
+        return [k for k in self.objects.keys(f"receipts/{int(task_id)}/") if k.endswith(".json")]
 
     def of_task(self, task_id: int) -> list[dict]:
         """Every receipt of a task, oldest attempt first, for the UI."""
@@ -134,13 +109,12 @@ class ReceiptBook:
         return found
 
     def compact(self, task_id: int) -> int:
-        """Drop a finished task's receipts (retention); returns how many went. A thousand's folder stays (a writer
-        may be about to use it); the emptied folder of the earlier layout goes."""
+        """Drop a finished task's receipts (retention); returns how many went."""
         count = 0
         for key in self._keys(task_id):
             count += self.objects.delete(key)
         folder = getattr(self.objects, "path", None)
-        if folder is not None:
+        if folder is not None:   # a local store also drops the emptied folder
             try:
                 folder(f"receipts/{int(task_id)}").rmdir()
             except OSError:

@@ -1,6 +1,6 @@
 """Where receipts and media bytes live: a local directory or an S3-compatible bucket.
 
-Both kinds keep the same keys (`assets/ab/<sha256>`, `receipts/7000-7999/<task>-<attempt>-intent.json`)
+Both kinds keep the same keys (`assets/ab/<sha256>`, `receipts/<task>/<attempt>-intent.json`)
 and give the same promise: when `put` returns, the object is whole and durable (locally:
 temp file, fsync, rename, fsync of the directory; on S3: the PUT has been acknowledged,
 which S3 gives only once the object is stored durably). A reader never sees a partial
@@ -133,14 +133,10 @@ class LocalObjects:
             return False
 
     def keys(self, prefix: str) -> list[str]:
-        """The keys that start with `prefix`, in one folder (a prefix is a folder's key and `/`, and may go on
-        into the start of a name)."""
-        where, _, start = prefix.rpartition("/")
-        folder = self.path(where)
+        folder = self.path(prefix)
         if not folder.is_dir():
             return []
-        return sorted(prefix[:len(prefix) - len(start)] + p.name for p in folder.iterdir()
-                      if p.name.startswith(start) and p.is_file() and not p.name.startswith("."))
+        return sorted(f"{prefix}{p.name}" for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
 
     def chunks(self, key: str) -> Iterator[bytes] | None:
         try:

@@ -8,8 +8,6 @@ different MEDIA_DIR and, on S3, its own client: it sees only what reached the sh
 from __future__ import annotations
 
 import hashlib
-import json
-from dataclasses import asdict
 
 import boto3
 import pytest
@@ -91,25 +89,10 @@ def test_the_receipts_of_a_task_are_listed_oldest_first_and_compacted_away(tmp_p
     book.write_intent(intent(attempt=1))
     book.write_result(outcome("b" * 64, attempt=1))
     book.write_intent(intent(task_id=70))
-    assert [r["file"] for r in book.of_task(7)] == ["7-0001-intent.json", "7-0001-result.json", "7-0002-intent.json"]
+    assert [r["file"] for r in book.of_task(7)] == ["0001-intent.json", "0001-result.json", "0002-intent.json"]
     assert book.compact(7) == 3
     assert book.of_task(7) == [] and book.intent(7, 2) is None
     assert book.intent(70, 1) == intent(task_id=70)
-
-
-def test_receipts_kept_in_a_folder_per_task_are_still_read_listed_and_compacted(tmp_path, storage_env):
-    """A store written before receipts shared a folder per thousand task ids: a worker of today finds those
-    receipts (the reconciler decides unknown calls by them), beside the ones it writes now."""
-    book = storage.receipt_book(machine(tmp_path, storage_env, "a"))
-    book.objects.put("receipts/7/0001-intent.json", json.dumps(asdict(intent())).encode())
-    book.objects.put("receipts/7/0001-result.json", json.dumps(asdict(outcome("c" * 64))).encode())
-    book.objects.put("receipts/7/notes.txt", b"not a receipt")
-    book.write_intent(intent(attempt=2))
-    book.write_intent(intent(task_id=7000))   # its thousand's folder is not task 7's old folder
-    assert book.intent(7, 1) == intent() and book.result(7, 1) == outcome("c" * 64)
-    assert [r["file"] for r in book.of_task(7)] == ["0001-intent.json", "0001-result.json", "7-0002-intent.json"]
-    assert book.compact(7) == 3
-    assert book.intent(7, 1) is None and book.of_task(7) == [] and book.intent(7000, 1) == intent(task_id=7000)
 
 
 def test_a_deleted_asset_is_gone_for_every_machine(tmp_path, storage_env):
@@ -126,14 +109,14 @@ def test_object_storage_keeps_every_key_under_its_prefix(tmp_path, s3_env):
     client = boto3.client("s3", endpoint_url=s3_env["S3_ENDPOINT_URL"], region_name="us-east-1",
                           aws_access_key_id="k", aws_secret_access_key="s")
     keys = sorted(o["Key"] for o in client.list_objects_v2(Bucket=s3_env["S3_BUCKET"])["Contents"])
-    assert keys == [f"mediapipe/assets/{sha[:2]}/{sha}", "mediapipe/receipts/0-999/7-0001-intent.json"]
+    assert keys == [f"mediapipe/assets/{sha[:2]}/{sha}", "mediapipe/receipts/7/0001-intent.json"]
 
 
 def test_a_bucket_that_fails_raises_a_storage_error_naming_bucket_and_key(tmp_path, s3_env):
     client = s3_client(endpoint_url=s3_env["S3_ENDPOINT_URL"], region="us-east-1", access_key_id="k",
                        secret_access_key="s", path_style=True)
     missing = S3Objects(client, "no-such-bucket-here", "p/")
-    with pytest.raises(StorageError, match="no-such-bucket-here/p/receipts/0-999/7-0001-intent.json") as caught:
+    with pytest.raises(StorageError, match="no-such-bucket-here/p/receipts/7/0001-intent.json") as caught:
         ReceiptBook(missing).write_intent(intent())
     assert isinstance(caught.value, OSError)
 
