@@ -79,8 +79,9 @@ def _finish(stack: Stack, procs: list, before_cpu: CpuSnapshot, before_pg: dict,
 
 
 def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag: str,
-             at_start: Callable[[], None] = lambda: None) -> Run:
-    """`at_start` runs once the database, Redis and the workers are ready, right before the measured window."""
+             at_start: Callable[[], None] = lambda: None, at_end: Callable[[], None] = lambda: None) -> Run:
+    """`at_start` runs once the database, Redis and the workers are ready, right before the measured window;
+    `at_end` right after the last task succeeded, before the window's CPU is read."""
     from pipeline import dispatch, versions
     stack.use_database(f"ours_{tag}")
     stack.redis().flushdb()
@@ -110,6 +111,7 @@ def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag:
                                   "max(updated_at) AS last FROM tasks", total, "tasks", stack.logs,
                             stall_seconds=STALL_SECONDS, on_stall=stalled)
     seconds = row["last"].timestamp() - started
+    at_end()
     return _finish(stack, procs, before_cpu, before_pg, before_redis, "ours", cls, total, seconds)
 
 
