@@ -8,8 +8,9 @@ Side by side in the same run, with the same clients and the same gunicorn settin
 * plain RQ (bench/naive_web.py): the same body validated by the same parser, 40 jobs enqueued
   straight into Redis;
 * ours with busy workers: the same, with workers registered on the queues as the Procfile's pools run them by
-  default (4 on `image`, 4 on `tts`; the entries RQ adds when a worker starts) but none taking a message, as when
-  every worker is on a call: once a queue holds a backlog our sender packs up to eight tasks in a message
+  default (4 on `image`, 4 on `tts`, in RQ's per-queue sets of workers, which a starting worker joins and our
+  sender reads) but none taking a message, as when every worker is on a call: once a queue holds a backlog our
+  sender packs up to eight tasks in a message
   (`pipeline.core.lanes.tasks_per_message`). With no worker registered it sends one task a message (how many
   workers will come is not known), which the first variant measures;
 * the HTTP floor: `GET /healthz` of our app;
@@ -167,7 +168,7 @@ BUSY_WORKERS = {"image": 4, "tts": 4}   # the Procfile's pools on each queue wit
 
 
 def with_busy_workers(stack: Stack, run):
-    """`run()` while workers are registered on the queues (RQ's entries) and none takes a message."""
+    """`run()` while workers are registered on the queues (RQ's per-queue sets of workers) and none takes a message."""
     from rq.worker_registration import WORKERS_BY_QUEUE_KEY
     conn_redis = stack.redis()
     keys = [WORKERS_BY_QUEUE_KEY % queue for queue in BUSY_WORKERS]
