@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (Stack, draft, median, percentile, print_machine, quiet_logs, run_main, say,  # noqa: E402
                           servers, table)
-from bench.measure import normalise_sql, query_names  # noqa: E402
+from bench.measure import statement_rows  # noqa: E402
 
 PER_LESSON = 41
 DAYS = 90
@@ -153,14 +153,11 @@ def reconcile_once(stack: Stack, name: str, cfg, providers) -> tuple[float, dict
         started = time.perf_counter()
         report = Reconciler(cfg, conn, providers).run()
         seconds = time.perf_counter() - started
-        names = query_names()
-        rows = conn.execute("SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s "
-                            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (name,)).fetchall()
+        rows = statement_rows(conn, name)
     per_query: dict[str, float] = {}
     for row in rows:
-        label = names.get(normalise_sql(row["query"]))
-        if label:
-            per_query[label] = per_query.get(label, 0.0) + row["total_exec_time"]
+        if row["name"]:
+            per_query[row["name"]] = per_query.get(row["name"], 0.0) + row["exec_ms"]
     if report.errors or not report.locked:
         raise RuntimeError(f"reconcile run on {name}: locked={report.locked} errors={report.errors}")
     return seconds, per_query

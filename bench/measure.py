@@ -236,3 +236,19 @@ OURS_NOT = ("select pg_stat", "select (select sum(xact_commit)", "select count(*
 def query_names() -> dict[str, str]:
     """Normalised text -> name of every named query in pipeline/queries."""
     return {normalise_sql(sql): name for name, sql in pipeline_db.queries().items()}
+
+
+def statement_rows(conn: psycopg.Connection, dbname: str) -> list[dict]:
+    """pg_stat_statements' rows of one database, the benchmarks' own reads (OURS_NOT) left out: each with `text`
+    (normalised), `name` (the named query of pipeline/queries it is, or None), `toplevel`, `calls`, `exec_ms`
+    and `plan_ms` (0 unless planning is timed)."""
+    names = query_names()
+    rows = conn.execute("SELECT s.query, s.toplevel, s.calls, s.total_exec_time AS exec_ms, "
+                        "s.total_plan_time AS plan_ms FROM pg_stat_statements s "
+                        "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (dbname,)).fetchall()
+    found = []
+    for row in rows:
+        text = normalise_sql(row["query"])
+        if not text.startswith(OURS_NOT):
+            found.append({**row, "text": text, "name": names.get(text)})
+    return found

@@ -16,7 +16,7 @@ the run's window:
   0.1 s), whose statements are left out of the list.
 
 Timer figures of `pg_stat_statements` are wall time inside the server, so a statement waiting on a lock or an I/O
-counts there without using CPU; with one worker nothing waits on a lock.
+counts there without using CPU (with one worker only the driver's saves share rows with it).
 
     .venv/bin/python bench/pg_breakdown.py [--tasks 600] [--workers 1] [--blocks 10] [--repeats 3] [--inside]
 """
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import Stack, median, print_machine, run_main, say, servers, table  # noqa: E402
 from bench.engine_overhead import run_ours  # noqa: E402
-from bench.measure import OURS_NOT, normalise_sql, query_names  # noqa: E402
+from bench.measure import statement_rows  # noqa: E402
 from pipeline.db import connect  # noqa: E402
 
 AUTOVACUUM_CPU = re.compile(r"automatic (?:aggressive )?(vacuum|analyze)(?: to prevent wraparound)? of table .*?"
@@ -64,28 +64,22 @@ def autovacuum_seconds(log: Path, start: int, end: int) -> dict[str, float]:
 def statements(stack: Stack) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Milliseconds of server time (execution + planning) per named top-level statement, of planning alone, and
     of each statement run inside a function (by its first words), in the bench database."""
-    names = query_names()
     with stack.db() as conn:
-        rows = conn.execute("SELECT s.query, s.toplevel, s.total_exec_time AS exec, s.total_plan_time AS plan "
-                            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-                            "WHERE d.datname = %s", (stack.dbname,)).fetchall()
+        rows = statement_rows(conn, stack.dbname)
     top: dict[str, float] = {}
     planning: dict[str, float] = {}
     inner: dict[str, float] = {}
     for row in rows:
-        text = normalise_sql(row["query"])
-        if text.startswith(OURS_NOT):
-            continue
         if not row["toplevel"]:
-            inner[text[:90]] = inner.get(text[:90], 0.0) + row["exec"]
+            inner[row["text"][:90]] = inner.get(row["text"][:90], 0.0) + row["exec_ms"]
             continue
-        name = names.get(text) or ("BEGIN / COMMIT" if text in ("begin", "commit") else "other")
-        top[name] = top.get(name, 0.0) + row["exec"] + row["plan"]
-        planning[name] = planning.get(name, 0.0) + row["plan"]
+        name = row["name"] or ("BEGIN / COMMIT" if row["text"] in ("begin", "commit") else "other")
+        top[name] = top.get(name, 0.0) + row["exec_ms"] + row["plan_ms"]
+        planning[name] = planning.get(name, 0.0) + row["plan_ms"]
     return top, planning, inner
 
 
-def one_run(stack: Stack, args: argparse.Namespace, tag: str) -> tuple[dict, dict]:
+def one_run(stack: Stack, args: argparse.Namespace, tag: str) -> tuple[dict, dict, dict]:
     marks: dict = {}
 
     def at_start() -> None:
@@ -132,7 +126,8 @@ def main(argv: list[str]) -> int:
         ["PostgreSQL CPU, all its processes (/proc)", mid("PostgreSQL CPU")],
         ["statements' server time (execution and planning)", mid("statements")],
         ["  of which planning", mid("planning")],
-        ["automatic vacuum (CPU, its log)", mid("autovacuum")], ["automatic analyze (CPU, its log)", mid("autoanalyze")],
+        ["automatic vacuum (CPU, its log)", mid("autovacuum")],
+        ["automatic analyze (CPU, its log)", mid("autoanalyze")],
         ["the rest", f"{rest:.3f}"]]))
     for title, index in (("Top-level statements by name", 1), ("Statements inside our functions", 2)):
         parts = [r[index] for r in runs]

@@ -29,23 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (ROOT, Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
                           tasks_per_lesson, worker_argv)
-from bench.measure import (OURS_NOT, normalise_sql, print_limits, query_names, redis_calls,  # noqa: E402
-                           settle_pg_stats, tree_cpu)
+from bench.measure import print_limits, redis_calls, settle_pg_stats, statement_rows, tree_cpu  # noqa: E402
 
 def statements(stack: Stack) -> dict[str, tuple[int, float]]:
     """pg_stat_statements of the bench database: name -> (calls, total ms)."""
-    names = query_names()
     found: dict[str, tuple[int, float]] = {}
     with stack.db() as conn:
-        rows = conn.execute("SELECT s.query, s.calls, s.total_exec_time FROM pg_stat_statements s "
-                            "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = %s", (stack.dbname,)).fetchall()
+        rows = statement_rows(conn, stack.dbname)
     for row in rows:
-        text = normalise_sql(row["query"])
-        if text.startswith(OURS_NOT):
-            continue
-        name = names.get(text) or text[:40]
+        name = row["name"] or row["text"][:40]
         calls, ms = found.get(name, (0, 0.0))
-        found[name] = (calls + row["calls"], ms + row["total_exec_time"])
+        found[name] = (calls + row["calls"], ms + row["exec_ms"])
     return found
 
 
