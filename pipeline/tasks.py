@@ -10,8 +10,8 @@ token: zero rows means it no longer holds the lease, and it raises `LeaseLost` h
 written nothing but a paid result. The other moves are set-based and each has its function:
 the deadline, superseding, and an editor's cancel, reopen and resolve (whose rules
 `pipeline.review` and `pipeline.versions` check). Every function checks its moves against the
-transition table (`core.states.TRANSITIONS`) before it writes; `succeed_in`'s, a constant, once at import. Besides, the hold on an input's
-one paid call. The claim and the lease it issues are `pipeline.attempt`. Each function is one
+transition table (`core.states.TRANSITIONS`) before it writes (`succeed_in`'s, a constant, once at
+import). Besides, the hold on an input's one paid call. The claim and the lease it issues are `pipeline.attempt`. Each function is one
 short transaction, or runs in its caller's; none is open while the work itself runs.
 """
 
