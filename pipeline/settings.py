@@ -1,7 +1,7 @@
 """Configuration: read once from the environment into a frozen `Settings`.
 
-This is the only module that reads `os.environ`. Every setting has a default
-documented in `SETTINGS_DOC` (and the README); an invalid value raises
+This is the only module that reads `os.environ`. Every setting has a default,
+documented in the README ("Configuration"); an invalid value raises
 `ConfigError` naming the variable and what it accepts. Nothing is read at
 import time: call `load()`.
 """
