@@ -193,15 +193,18 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     A reconciler's success indexes the recovered asset for its input whatever happens to its move.
     """
     check_transition(seen.status, outcome.to, seen.by)
+    # the call is over; an unknown one keeps its input held
+    releasing = seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN and seen.kind != TaskKind.BUNDLE
     with conn.pipeline():   # up to the move, one round trip: nothing before it needs an answer
-        if outcome.to is TaskStatus.SUCCEEDED:   # dependents are released exactly once (docs/decisions.md)
-            db.execute(conn, "tasks_lock_dependents", {"task_id": seen.task_id})
+        # the task and every other task this writes, locked in id order (dependents are released exactly once)
+        db.execute(conn, "tasks_lock_settling", {"task_id": seen.task_id, "input_waiters": releasing,
+                                                 "dependents": outcome.to is TaskStatus.SUCCEEDED})
         if outcome.asset is not None:            # a paid result is kept whatever happens to the move
             db.execute(conn, "assets_upsert", outcome.asset.__dict__)
             db.execute(conn, "asset_inputs_upsert", {"fingerprint": seen.fingerprint,
                                                      "sha256": outcome.asset.sha256})
-        if seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN:
-            _release_input_in(conn, seen.task)   # the call is over; an unknown one keeps its input held
+        if releasing:
+            _release_input_in(conn, seen.task)
         row = _move(conn, seen, outcome, actor)
     if row is None:
         return _not_moved(conn, seen, outcome, actor)

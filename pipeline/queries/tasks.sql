@@ -81,9 +81,9 @@ FROM tasks t JOIN versions v ON v.content_id = t.content_id AND v.version = t.ve
 WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'running'
   AND (t.attempt_ends_at IS NULL OR now() < t.attempt_ends_at);
 
--- tasks_lock_dependents: lock the tasks waiting on this one, so concurrent completions release them exactly once
-SELECT t.id FROM task_deps d JOIN tasks t ON t.id = d.task_id
-WHERE d.depends_on = %(task_id)s ORDER BY t.id FOR NO KEY UPDATE OF t;
+-- tasks_lock_settling: lock a task being settled with, in id order, its dependents (a success releases them
+-- exactly once) and the tasks waiting for its input (schema: tasks_lock_settling)
+SELECT tasks_lock_settling(%(task_id)s, %(dependents)s, %(input_waiters)s);
 
 -- tasks_move: the one guarded move that applies a decision (pipeline.tasks.apply), with its event. It matches
 -- only while the task is as its mover saw it: in `from_status` and, when running, under `lease_token`. The
@@ -136,8 +136,8 @@ SELECT * FROM moved;
 
 -- tasks_supersede_older: every unfinished task of this content's older versions becomes superseded
 -- (a running one loses its lease here, so its worker's fenced completion will match no row). Like every
--- statement that locks several tasks, in id order: a completion locks its task, then its dependents (higher
--- ids), so the two wait for each other instead of deadlocking (tests/integration/engine/test_lock_order.py)
+-- statement that locks several tasks, in id order (a completion: tasks_lock_settling), so the two wait for each
+-- other instead of deadlocking (tests/integration/engine/test_lock_order.py)
 WITH old AS (
     SELECT id, status FROM tasks
     WHERE content_id = %(content_id)s AND version < %(version)s
