@@ -1,5 +1,5 @@
 """The audit trail's one writer: an event that no state change writes itself (a person's decision, a
-replay, a regeneration, a note of the work). State changes write theirs in the query that moves the task."""
+rerun, a regeneration, a note of the work). State changes write theirs in the query that moves the task."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One API key's daily spend: every action that can cause a paid call books its estimate against KEY_DAILY_SPEND.
 
-Saves and imports, regenerations (a save), retries, replays and bulk retries each book, in the transaction that
+Saves and imports, regenerations (a save), retries, reruns and bulk retries each book, in the transaction that
 admits their work, the estimated cost of the paid calls they may cause: their media tasks whose input has no
 stored asset yet, at `*_COST_PER_CALL`. A booking that would pass the key's limit for the UTC day raises in the
 server (book_key_spend), so the action rolls back whole and is refused with 429 (pipeline/versions.py). The

@@ -23,7 +23,7 @@ from pipeline.core.compare import Side, compare
 from pipeline.core.delivery import approval_blockers
 from pipeline.core.diagnosis import diagnose
 from pipeline.core.errors import NotFound
-from pipeline.core.replay import runs as run_chain
+from pipeline.core.rerun import runs as run_chain
 from pipeline.settings import Settings
 
 def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
@@ -158,7 +158,7 @@ def summarise_spend(calls: Iterable[dict]) -> dict:
 
 
 def task(conn: psycopg.Connection, task_id: int, cfg: Settings) -> dict:
-    """A task's timeline: its events, ledger rows, its runs (first, then one per replay) and its receipts in the
+    """A task's timeline: its events, ledger rows, its runs (first, then one per rerun) and its receipts in the
     store (pipeline.storage); its lease, unmet dependencies and a one-line diagnosis (pipeline.core.diagnosis),
     with the recovery settings of `cfg` that bound how long a stuck task waits."""
     with conn.transaction():

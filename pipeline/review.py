@@ -197,7 +197,7 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
 
 
 def readmit(conn: psycopg.Connection, cfg: Settings, row: dict, key_id: int | None = None) -> tuple[int, ...]:
-    """A task an editor sent back to `ready` (a retry, a replay), in the caller's transaction: it passes
+    """A task an editor sent back to `ready` (a retry, a rerun), in the caller's transaction: it passes
     admission like a save's work (CapacityExceeded: the caller rolls back, nothing changes), and its message
     is queued, in the interactive lane whatever lane its version was saved in, unless it still waits for a
     dependency; what it may cost is booked against `key_id`'s daily spend (pipeline/keyspend.py). The outbox ids

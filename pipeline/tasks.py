@@ -90,12 +90,12 @@ def reopen(conn: psycopg.Connection, task_id: int, from_status: str, *, budget: 
                                                "deadline_seconds": deadline_seconds})
 
 
-def replay(conn: psycopg.Connection, task_id: int, *, budget: int, deadline_at: datetime) -> dict | None:
-    """An editor replays a dead-lettered task of the current, uncancelled version: `ready` again with `budget` more
-    attempts and the deadline `pipeline.core.replay` decided (in the caller's transaction, which keeps the dead
-    letter and records the replay); None when the task is no longer failed."""
+def rerun(conn: psycopg.Connection, task_id: int, *, budget: int, deadline_at: datetime) -> dict | None:
+    """An editor reruns a dead-lettered task of the current, uncancelled version: `ready` again with `budget` more
+    attempts and the deadline `pipeline.core.rerun` decided (in the caller's transaction, which keeps the dead
+    letter and records the rerun); None when the task is no longer failed."""
     check_transition(S.FAILED, S.READY, "editor")
-    return db.one(conn, "tasks_replay", {"task_id": task_id, "budget": budget, "deadline_at": deadline_at})
+    return db.one(conn, "tasks_rerun", {"task_id": task_id, "budget": budget, "deadline_at": deadline_at})
 
 
 def resolve_failed(conn: psycopg.Connection, task_id: int, last_error: str) -> dict | None:

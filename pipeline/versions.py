@@ -177,7 +177,7 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: 
 
 def admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, *, key_id: int | None = None,
           task_ids: list[int] | None = None) -> None:
-    """Admission of `adding` tasks the calling transaction has added (a retry, a replay): CapacityExceeded
+    """Admission of `adding` tasks the calling transaction has added (a retry, a rerun): CapacityExceeded
     when the shared limit would be passed, KeyLimitReached when the key's daily spend would (booking what
     `task_ids` may cost), and the transaction must then roll back."""
     try:

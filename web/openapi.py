@@ -137,7 +137,7 @@ SCHEMAS = {
         "diagnosis": {"type": "object", "description": "why the task is where it is, in one line (docs/runbook.md)",
                       "properties": {"code": {"type": "string"}, "params": OBJECT, "text": {"type": "string"}}},
         "calls": {"type": "array", "items": OBJECT}, "receipts": {"type": "array", "items": OBJECT},
-        "runs": {"type": "array", "items": OBJECT, "description": "the first run, then one per replay, each with "
+        "runs": {"type": "array", "items": OBJECT, "description": "the first run, then one per rerun, each with "
                                                                   "the dead letter that ended it"}}}]},
     "Approval": {"type": "object", "properties": {"content_id": {"type": "integer"}, "version": {"type": "integer"},
                                                   "approved_at": {"type": "string"}, "approved_by": {"type": "string"}}},
@@ -148,13 +148,13 @@ SCHEMAS = {
     "RetryAccepted": {"type": "object", "properties": {"task_id": {"type": "integer"}, "status": {"type": "string"},
                                                        "attempts": {"type": "integer"},
                                                        "max_attempts": {"type": "integer"}}},
-    "ReplayInput": {"type": "object", "required": ["why"], "properties": {
+    "RerunInput": {"type": "object", "required": ["why"], "properties": {
         "why": {"type": "string", "minLength": 1, "maxLength": MAX_NOTE, "description": "kept with the dead letter"},
         "extend_deadline_seconds": {"type": "integer", "minimum": 1, "maximum": 604800,
                                     "description": "move the deadline to this long from now; left out, it stays"}}},
-    "ReplayAccepted": {"type": "object", "properties": {
-        "task_id": {"type": "integer"}, "replay_id": {"type": "integer"},
-        "replay_of": {"type": "integer", "description": "the dead letter of the run this replay repeats"},
+    "RerunAccepted": {"type": "object", "properties": {
+        "task_id": {"type": "integer"}, "rerun_id": {"type": "integer"},
+        "rerun_of": {"type": "integer", "description": "the dead letter of the run this rerun repeats"},
         "status": {"type": "string"}, "first_attempt": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "deadline_before": {"type": "string"}, "deadline_after": {"type": "string"}}},
     "ResolveInput": {"type": "object", "required": ["outcome", "note"], "properties": {
@@ -326,10 +326,15 @@ def paths() -> dict:
             "post": op("Retry a failed task, or an unknown one accepting the duplicate-charge risk",
                        {"202": body(ref("RetryAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422, 503)},
                        params=task, tag="tasks", request=ref("RetryInput"), body_required=False)},
+        "/api/tasks/{task_id}/rerun": {
+            "post": op("Rerun a dead-lettered task: a new run; the dead letter is kept and marked rerun",
+                       {"202": body(ref("RerunAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422, 503)},
+                       params=task, tag="tasks", request=ref("RerunInput"))},
         "/api/tasks/{task_id}/replay": {
-            "post": op("Replay a dead-lettered task: a new run; the dead letter is kept and marked replayed",
-                       {"202": body(ref("ReplayAccepted"), "Accepted", LOCATION), **errors(400, 404, 409, 422, 503)},
-                       params=task, tag="tasks", request=ref("ReplayInput"))},
+            "post": {**op("The rerun under its earlier name; its answer also has replay_id and replay_of",
+                          {"202": body(ref("RerunAccepted"), "Accepted", LOCATION),
+                           **errors(400, 404, 409, 422, 503)},
+                          params=task, tag="tasks", request=ref("RerunInput")), "deprecated": True}},
         "/api/tasks/{task_id}/resolve": {
             "post": op("Close an unknown task as failed", {"200": body(ref("Resolved")), **errors(400, 404, 409, 422)},
                        params=task, tag="tasks", request=ref("ResolveInput"))},

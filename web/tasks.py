@@ -1,4 +1,4 @@
-"""One task: its timeline, and what an editor may do to it (retry, replay from its dead letter, mark an unknown
+"""One task: its timeline, and what an editor may do to it (retry, rerun from its dead letter, mark an unknown
 outcome as failed, regenerate its picture or narration with a confirmation that names the cost); the JSON API
 and the editors' pages.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 from flask import Blueprint, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_babel import gettext
 
-from pipeline import overview, regenerate, replay, review
+from pipeline import overview, regenerate, rerun, review
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput
 from pipeline.core.records import MAX_NOTE
-from pipeline.core.replay import MAX_EXTENSION_SECONDS
+from pipeline.core.rerun import MAX_EXTENSION_SECONDS
 from web import inputs
 from web.auth import require
 from web.db import get_conn, settings
@@ -62,19 +62,31 @@ def _extension(body: dict) -> int | None:
     return value
 
 
+@api.post("/tasks/<id:task_id>/rerun")
+@require("edit")
+def rerun_task(task_id: int):
+    return _rerun(task_id)
+
+
 @api.post("/tasks/<id:task_id>/replay")
 @require("edit")
 def replay_task(task_id: int):
+    """The rerun's route under its earlier name, answering with the earlier names too (CHANGELOG.md)."""
+    return _rerun(task_id, replay_id="rerun_id", replay_of="rerun_of")
+
+
+def _rerun(task_id: int, **also: str):
+    """Rerun the task; `also` names more keys of the answer, each with the value of the key it names."""
     body = inputs.json_object()
     why = inputs.text(body, "why", MAX_NOTE)
-    done = replay.replay(get_conn(), task_id, settings(), actor=g.principal.owner, why=why, key_id=g.principal.key_id,
-                         extend_deadline_seconds=_extension(body))
+    done = rerun.rerun(get_conn(), task_id, settings(), actor=g.principal.owner, why=why, key_id=g.principal.key_id,
+                       extend_deadline_seconds=_extension(body))
     send_fast(done.outbox_ids)
     location = url_for("api.tasks.get_task", task_id=task_id)
-    response = jsonify(task_id=task_id, replay_id=done.replay_id, replay_of=done.replay_of, status=done.status,
-                       first_attempt=done.first_attempt, max_attempts=done.max_attempts,
-                       deadline_before=done.deadline_before, deadline_after=done.deadline_after,
-                       status_url=location)
+    answer = {"task_id": task_id, "rerun_id": done.rerun_id, "rerun_of": done.rerun_of, "status": done.status,
+              "first_attempt": done.first_attempt, "max_attempts": done.max_attempts,
+              "deadline_before": done.deadline_before, "deadline_after": done.deadline_after, "status_url": location}
+    response = jsonify({**answer, **{name: answer[same] for name, same in also.items()}})
     response.status_code = 202
     response.headers["Location"] = location
     return response
@@ -138,27 +150,27 @@ def retry(task_id: int):
     return _task_redirect(task_id)
 
 
-EXTENSIONS = {"": None, "1h": 3600, "1d": 86_400}   # the replay form's deadline choices
+EXTENSIONS = {"": None, "1h": 3600, "1d": 86_400}   # the rerun form's deadline choices
 
 
-@ui.post("/tasks/<id:task_id>/replay")
-def replay_post(task_id: int):
+@ui.post("/tasks/<id:task_id>/replay")   # its earlier name, for a page loaded before the rename
+@ui.post("/tasks/<id:task_id>/rerun")    # the first rule added, the one url_for builds
+def rerun_post(task_id: int):
     need("edit")
     why = request.form.get("why", "").strip()
     extension = request.form.get("extend", "")
     if not why or extension not in EXTENSIONS:
-        flash(gettext("Say why you replay it; the reason is kept with its dead letter."), "error")
+        flash(gettext("Say why you rerun it; the reason is kept with its dead letter."), "error")
         return _task_redirect(task_id)
     try:
         inputs.check_storable(why, "why")
-        done = replay.replay(get_conn(), task_id, settings(), actor=g.user.owner, why=why[:MAX_NOTE],
-                             key_id=g.user.key_id,
-                             extend_deadline_seconds=EXTENSIONS[extension])
+        done = rerun.rerun(get_conn(), task_id, settings(), actor=g.user.owner, why=why[:MAX_NOTE],
+                           key_id=g.user.key_id, extend_deadline_seconds=EXTENSIONS[extension])
         send_fast(done.outbox_ids)
-        flash(gettext("Task %(task)s is replayed from attempt %(attempt)s; its dead letter is kept.",
+        flash(gettext("Task %(task)s is rerun from attempt %(attempt)s; its dead letter is kept.",
                       task=task_id, attempt=done.first_attempt), "ok")
     except (Conflict, CapacityExceeded, InvalidInput) as exc:
-        flash(refusal(gettext("Not replayed"), exc), "error")
+        flash(refusal(gettext("Not rerun"), exc), "error")
     return _task_redirect(task_id)
 
 

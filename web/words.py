@@ -44,8 +44,8 @@ CODE_WORDS = {
     "not_regenerable": _l("Only a succeeded image or narration can be regenerated"),
     "new_charge_unconfirmed": _l("A regeneration is a new paid call, so it needs your explicit consent"),
     "needs_consent": _l("An unknown outcome is retried only on its own page, with your consent"),
-    "no_dead_letter": _l("This task has no dead letter to replay"),
-    "deadline_passed": _l("The task's deadline has passed; choose how much more time the replay gets"),
+    "no_dead_letter": _l("This task has no dead letter to rerun"),
+    "deadline_passed": _l("The task's deadline has passed; choose how much more time the rerun gets"),
     "scenario_unavailable": _l("This demo scenario needs the local image provider"),
     # capacity and limits
     "over_capacity": _l("The system is at capacity; nothing was saved, try again shortly"),
@@ -76,11 +76,11 @@ OUTCOME_WORDS = {
     "ambiguous": _l("outcome unknown"), "busy": _l("busy"), "recovered": _l("recovered"), "replayed": _l("replayed"),
     "refused": _l("refused by the safety system"),
 }
-ACTION_WORDS = {   # the English words are the action's own name, as the pages always said it
+ACTION_WORDS = {   # the English words are the action's own name (but the rerun's, stored under its earlier one)
     "transition": _l("transition"), "reused": _l("reused"), "replayed": _l("replayed"),
     "recovered_from_receipt": _l("recovered from receipt"),
     "duplicate_risk_accepted": _l("duplicate risk accepted"), "manual_retry": _l("manual retry"),
-    "dead_letter_replayed": _l("dead letter replayed"),
+    "dead_letter_replayed": _l("dead letter rerun"),
     "resolved_failed": _l("resolved failed"), "approve": _l("approve"), "approved": _l("approved"),
     "cancel": _l("cancel"), "cancelled": _l("cancelled"), "superseded": _l("superseded"),
     "rejected": _l("rejected"), "changes_requested": _l("changes requested"),

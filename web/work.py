@@ -1,6 +1,6 @@
 """New work from the views of every area: sent to the workers right after commit, and the 202 answer of a save.
 
-A save, a retry, a replay or a regeneration commits its outbox rows first; `send_fast` then enqueues them
+A save, a retry, a rerun or a regeneration commits its outbox rows first; `send_fast` then enqueues them
 at once, and Redis trouble leaves them to the dispatcher, which sends whatever is still unsent.
 """
 

@@ -219,8 +219,8 @@ ON CONFLICT (task_id) WHERE replayed_at IS NULL DO UPDATE SET reason = excluded.
 DELETE FROM dead_letters WHERE task_id = %(task_id)s AND replayed_at IS NULL
 RETURNING reason, last_error, attempts, at::text AS at;
 
--- tasks_replay: an editor replays a dead-lettered (failed) task of the current, uncancelled version: a new
--- run with `budget` more attempts; the deadline is the one decided (pipeline.core.replay), never moved silently
+-- tasks_rerun: an editor reruns a dead-lettered (failed) task of the current, uncancelled version: a new
+-- run with `budget` more attempts; the deadline is the one decided (pipeline.core.rerun), never moved silently
 UPDATE tasks t SET waiting_for = NULL, status = 'ready', max_attempts = t.attempts + %(budget)s,
        available_at = now(), deadline_at = %(deadline_at)s, updated_at = now()
 FROM contents c, versions v

@@ -56,7 +56,7 @@ def test_inputs_with_stored_media_cost_nothing(capped, conn):
     assert conn.execute("SELECT estimated::float AS e FROM key_spend").fetchone()["e"] == pytest.approx(0.15)
 
 
-def test_retries_replays_and_bulk_retries_book_too(database_url, redis_url, media_dir, tokens, conn):
+def test_retries_reruns_and_bulk_retries_book_too(database_url, redis_url, media_dir, tokens, conn):
     api, work = api_and_work(database_url, redis_url, media_dir, tokens, KEY_DAILY_SPEND="0.30", **COSTS)
     created = api.post("/api/contents", json=lesson(3, prefix="r"), role="editor").json   # 0.15 booked
     image = tasks_of(api, created)["image:b1"]
@@ -72,8 +72,8 @@ def test_retries_replays_and_bulk_retries_book_too(database_url, redis_url, medi
     assert tasks_of(api, created)["image:b1"]["status"] == "failed"            # the refused retry changed nothing
     bulk = api.post("/api/attention/retry", role="editor", json={"task_ids": [image["id"]]})
     assert bulk.status_code == 429
-    replayed = api.post(f"/api/tasks/{image['id']}/replay", role="editor", json={"why": "provider fixed"})
-    assert replayed.status_code == 429
+    rerun = api.post(f"/api/tasks/{image['id']}/rerun", role="editor", json={"why": "provider fixed"})
+    assert rerun.status_code == 429
     assert tasks_of(api, created)["image:b1"]["status"] == "failed"
 
 

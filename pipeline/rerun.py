@@ -1,11 +1,11 @@
-"""Replaying a dead-lettered task: a new run that keeps the history of the run it repeats.
+"""Rerunning a dead-lettered task: a new run that keeps the history of the run it repeats.
 
-A replay is an editor's decision about a `failed` task: its open dead letter stays and is
-marked replayed (by whom, when, why), a `replays` row records the new run (`replay_of` the
-dead letter, the attempt it starts at, the deadline before and after), and the task goes
-back to `ready` through `pipeline.tasks.replay`. The deadline moves only when the editor
-asks (`extend_deadline_seconds`), decided in `pipeline.core.replay`, and dependents still
-waiting get the same deadline. Like a save, a replay adds work, so it passes admission last:
+A rerun is an editor's decision about a `failed` task: its open dead letter stays and is
+marked rerun (by whom, when, why), a row of `replays` records the new run (`replay_of`, the
+dead letter; the attempt it starts at; the deadline before and after), and the task goes
+back to `ready` through `pipeline.tasks.rerun`. The deadline moves only when the editor
+asks (`extend_deadline_seconds`), decided in `pipeline.core.rerun`, and dependents still
+waiting get the same deadline. Like a save, a rerun adds work, so it passes admission last:
 over capacity, the transaction rolls back and nothing changes. This module knows nothing of HTTP.
 """
 
@@ -17,20 +17,22 @@ from datetime import datetime, timezone
 import psycopg
 
 from pipeline import db, events, tasks
-from pipeline.core import replay as rules
+from pipeline.core import rerun as rules
 from pipeline.core.errors import Conflict, NotFound
 from pipeline.core.states import TaskStatus
 from pipeline.review import ensure_runnable_version, readmit
 from pipeline.settings import Settings
 
-ACTION = "dead_letter_replayed"   # the event's action (not "replayed": a provider answering a repeated key)
+# what is stored keeps the name it had before the rerun had its own: this event's action and its details'
+# replay_id and replay_of, the table replays, dead_letters.replayed_at, replayed_by and replay_why
+ACTION = "dead_letter_replayed"
 
 
 @dataclass(frozen=True)
-class Replayed:
-    replay_id: int
+class Rerun:
+    rerun_id: int
     task_id: int
-    replay_of: int                      # the dead letter of the run this one repeats
+    rerun_of: int                       # the dead letter of the run this one repeats
     status: str
     first_attempt: int
     max_attempts: int
@@ -39,34 +41,34 @@ class Replayed:
     outbox_ids: tuple[int, ...] = ()    # the caller may send these at once (fast path)
 
 
-def _replayable(conn: psycopg.Connection, task_id: int) -> dict:
-    """The task and its open dead letter, locked; Conflict naming why it cannot be replayed."""
+def _rerunnable(conn: psycopg.Connection, task_id: int) -> dict:
+    """The task and its open dead letter, locked; Conflict naming why it cannot be rerun."""
     task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
     if task is None:
         raise NotFound(f"task {task_id} does not exist")
     if task["status"] != TaskStatus.FAILED.value:
-        raise Conflict(f"task {task_id} is {task['status']}; only a failed task with a dead letter can be replayed",
+        raise Conflict(f"task {task_id} is {task['status']}; only a failed task with a dead letter can be rerun",
                        code="invalid_transition", details={"status": task["status"]})
-    ensure_runnable_version(task, "replay")
+    ensure_runnable_version(task, "rerun")
     letter = db.one(conn, "dead_letters_open_lock", {"task_id": task_id})
     if letter is None:
-        raise Conflict(f"task {task_id} has no open dead letter to replay", code="no_dead_letter")
+        raise Conflict(f"task {task_id} has no open dead letter to rerun", code="no_dead_letter")
     return {**task, "letter": letter}
 
 
-def replay(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str, why: str,
+def rerun(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str, why: str,
            extend_deadline_seconds: float | None = None, now: datetime | None = None,
-           key_id: int | None = None) -> Replayed:
-    """Replay a dead-lettered task; CapacityExceeded (nothing changed) when the system is full."""
+           key_id: int | None = None) -> Rerun:
+    """Rerun a dead-lettered task; CapacityExceeded (nothing changed) when the system is full."""
     with conn.transaction():
-        task = _replayable(conn, task_id)
+        task = _rerunnable(conn, task_id)
         letter = task["letter"]
-        deadline = rules.replay_deadline(task["deadline_at"], now or datetime.now(timezone.utc),
+        deadline = rules.rerun_deadline(task["deadline_at"], now or datetime.now(timezone.utc),
                                          extend_deadline_seconds)
-        row = tasks.replay(conn, task_id, budget=cfg.max_attempts, deadline_at=deadline)
+        row = tasks.rerun(conn, task_id, budget=cfg.max_attempts, deadline_at=deadline)
         if row is None or db.one(conn, "dead_letters_mark_replayed", {"id": letter["id"], "actor": actor,
                                                                       "why": why}) is None:
-            raise Conflict(f"task {task_id} changed while replaying; reload and try again", code="stale")
+            raise Conflict(f"task {task_id} changed while it was being rerun; reload and try again", code="stale")
         record = db.one(conn, "replays_insert", {
             "task_id": task_id, "replay_of": letter["id"], "first_attempt": row["attempts"] + 1,
             "max_attempts": row["max_attempts"], "actor": actor, "why": why,
@@ -77,7 +79,7 @@ def replay(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
                                                 {"task_id": task_id, "deadline_at": deadline})]
         _record_event(conn, row, record, letter, actor=actor, why=why, dependents=extended)
         outbox = readmit(conn, cfg, row, key_id)
-    return Replayed(record["id"], task_id, letter["id"], row["status"], record["first_attempt"],
+    return Rerun(record["id"], task_id, letter["id"], row["status"], record["first_attempt"],
                     record["max_attempts"], task["deadline_at"], deadline, outbox)
 
 
