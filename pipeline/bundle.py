@@ -15,6 +15,7 @@ import psycopg
 from pipeline import db
 from pipeline.core.errors import PipelineError
 from pipeline.core.records import extension
+from pipeline.core.states import MEDIUM
 from receipts.media import MediaStore
 
 
@@ -26,7 +27,7 @@ def manifest(conn: psycopg.Connection, content_id: int, version: int) -> dict:
     blocks = []
     for block in row["blocks"]:
         entry = {"key": block["key"], "text": block["text"]}
-        for kind, label in (("image", "image"), ("tts", "audio")):
+        for kind, label in MEDIUM.items():
             asset = media.get((kind, block["key"]))
             if asset is None or asset["status"] != "succeeded" or asset["sha256"] is None:
                 raise PipelineError(f"block {block['key']}: its {label} is not ready")
@@ -43,7 +44,7 @@ def build(conn: psycopg.Connection, store: MediaStore, content_id: int, version:
     doc = manifest(conn, content_id, version)
     files = {"manifest.json": None}
     for block in doc["blocks"]:
-        for label in ("image", "audio"):
+        for label in MEDIUM.values():
             files[block[label]["file"]] = block[label]["sha256"]
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in sorted(files):

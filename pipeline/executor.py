@@ -25,7 +25,7 @@ from pipeline import bundle, storage
 from pipeline.core import policy, prices
 from pipeline.core.errors import ConfigError, PipelineError, ProviderError, Transient
 from pipeline.core.records import Asset, Task
-from pipeline.core.states import MEDIA_KINDS, TaskKind
+from pipeline.core.states import MEDIA_KINDS, MEDIUM, TaskKind
 from pipeline.slots import Call
 from pipeline.settings import ProviderSettings, Settings
 from providers.base import GenerateRequest, Provider, Result
@@ -34,9 +34,6 @@ from providers.registry import ProviderConfig, build_provider
 from receipts.calls import Intent, ReceiptBook, now
 from receipts.calls import ResultReceipt
 from receipts.media import MediaStore
-
-PROVIDER_KIND = {"image": "image", "tts": "audio"}
-
 
 class Executor(Protocol):
     """Does the work of a claimed task whose attempt may go on: the stored asset, or a classified error."""
@@ -57,7 +54,7 @@ def provider_config(p: ProviderSettings) -> ProviderConfig:
 def build_providers(cfg: Settings) -> dict[str, Provider]:
     """The configured provider of each media kind; ConfigError (naming the setting) when one cannot be built."""
     try:
-        return {kind: build_provider(PROVIDER_KIND[kind], provider_config(getattr(cfg, kind)),
+        return {kind: build_provider(MEDIUM[kind], provider_config(getattr(cfg, kind)),
                                      journal_dir=cfg.media_dir / "provider-journal" / kind)
                 for kind in MEDIA_KINDS}
     except ProviderConfigError as exc:
@@ -73,8 +70,9 @@ def request_for(task: Task, seconds_left: float | None = None) -> GenerateReques
                                                          "theme": data.get("theme"), "options": options,
                                                          "variation": data.get("regeneration")},
                                key, seconds_left)
-    return GenerateRequest("audio", data["text"], {"model": data["model"], "voice": data["voice"],
-                                                   "locale": data["locale"], "options": options}, key, seconds_left)
+    return GenerateRequest(MEDIUM[task.kind], data["text"], {"model": data["model"], "voice": data["voice"],
+                                                             "locale": data["locale"], "options": options},
+                           key, seconds_left)
 
 
 def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int, lease_token: object,

@@ -24,6 +24,7 @@ from pipeline.core.delivery import approval_blockers
 from pipeline.core.diagnosis import diagnose
 from pipeline.core.errors import NotFound
 from pipeline.core.rerun import runs as run_chain
+from pipeline.core.states import MEDIUM
 from pipeline.settings import Settings
 
 def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
@@ -99,7 +100,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
         by_task.setdefault(event["task_id"], []).append(_event_doc(event))
     docs = [_task_doc(t, by_task.get(t["id"], [])) for t in tasks]
     by_block = {(t["kind"], t["block"]): t for t in docs}
-    blocks = [{**b, "image": by_block.get(("image", b["key"])), "audio": by_block.get(("tts", b["key"]))}
+    blocks = [{**b, **{medium: by_block.get((kind, b["key"])) for kind, medium in MEDIUM.items()}}
               for b in row["blocks"]]
     status = version_status(((t["kind"], t["status"]) for t in docs), row["cancel_requested_at"] is not None)
     blockers = [b.summary() for b in approval_blockers(docs, version=number,

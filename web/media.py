@@ -34,6 +34,7 @@ from flask import Blueprint, Response, abort, redirect, request, send_file, url_
 from pipeline import overview, storage
 from pipeline.core.content import download_name as content_download_name
 from pipeline.core.records import content_disposition, extension
+from pipeline.core.states import MEDIUM
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
 from pipeline.core.errors import InvalidInput
@@ -180,7 +181,7 @@ def sign_delivery(doc: dict) -> dict:
     each bound to the manifest's content and version."""
     expires, content_id, version = link_expiry(), doc["content_id"], doc["version"]
     for block in doc["blocks"]:
-        for label in ("image", "audio"):
+        for label in MEDIUM.values():
             if block[label].get("sha256"):
                 block[label]["url"] = signed_url(block[label]["sha256"], expires, content_id, version)
     if doc["bundle"].get("sha256"):

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from pipeline.core.errors import InvalidInput
 from pipeline.core.fingerprint import digest
-from pipeline.core.states import TaskKind
+from pipeline.core.states import MEDIUM, TaskKind
 
 MAX_BLOCKS = 100
 MAX_TEXT = 2000
@@ -145,9 +145,9 @@ def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
     """The tasks of a version: image and speech per block, then a bundle depending on them all."""
     media: list[PlannedTask] = []
     for block in draft.blocks:
-        image = {"kind": "image", "provider": providers.image_provider, "model": providers.image_model,
+        image = {"kind": MEDIUM[TaskKind.IMAGE], "provider": providers.image_provider, "model": providers.image_model,
                  "size": providers.image_size, "prompt": block.image_prompt or block.text, "theme": draft.theme}
-        speech = {"kind": "audio", "provider": providers.tts_provider, "model": providers.tts_model,
+        speech = {"kind": MEDIUM[TaskKind.TTS], "provider": providers.tts_provider, "model": providers.tts_model,
                   "voice": providers.tts_voice, "locale": draft.locale, "text": block.text}
         for data, kind in ((image, "image"), (speech, "tts")):
             if block.nonce(kind):
@@ -160,8 +160,9 @@ def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
         media.append(PlannedTask(TaskKind.TTS, block.key, speech, digest(speech)))
     by_ref = {t.ref: t for t in media}
     bundle = {"kind": "bundle", "title": draft.title, "locale": draft.locale,
-              "blocks": [{"key": b.key, "text": b.text, "image": by_ref[f"image:{b.key}"].fingerprint,
-                          "audio": by_ref[f"tts:{b.key}"].fingerprint} for b in draft.blocks]}
+              "blocks": [{"key": b.key, "text": b.text,
+                          **{medium: by_ref[f"{kind}:{b.key}"].fingerprint for kind, medium in MEDIUM.items()}}
+                         for b in draft.blocks]}
     return media + [PlannedTask(TaskKind.BUNDLE, None, bundle, digest(bundle), tuple(t.ref for t in media))]
 
 

@@ -29,6 +29,9 @@ class TaskKind(str, Enum):
 
 KINDS = tuple(kind.value for kind in TaskKind)              # every task kind, as the API and queues name it
 MEDIA_KINDS = (TaskKind.IMAGE.value, TaskKind.TTS.value)    # the kinds that call a provider
+# each media kind's medium: the providers' kind, the `kind` hashed into its input, its key in a block's board and
+# delivery (docs/decisions.md, "The narration keeps its three names, each where it is stored, hashed or shown")
+MEDIUM = {TaskKind.IMAGE.value: "image", TaskKind.TTS.value: "audio"}
 
 S = TaskStatus
 TERMINAL = frozenset({S.FAILED, S.SUCCEEDED, S.SUPERSEDED, S.CANCELLED})
