@@ -3,7 +3,7 @@ and the stored media files they point at.
 
 Everything here only reads. Each function runs its queries in one read transaction so
 a page shows one consistent moment; shaping rows into documents is done by small pure
-functions (`progress`, `summarise_spend`). The web asks here for
+functions (`pipeline.core.board.progress`, `pipeline.core.ledger.version_spend`). The web asks here for
 receipts and media files too (it never opens the receipt book or the media store itself).
 URLs are the web layer's business: documents carry sha256 digests, not paths.
 """
@@ -11,8 +11,6 @@ URLs are the web layer's business: documents carry sha256 digests, not paths.
 from __future__ import annotations
 
 from collections import Counter
-from decimal import Decimal
-from typing import Iterable
 
 import psycopg
 
@@ -23,6 +21,7 @@ from pipeline.core.compare import Side, compare
 from pipeline.core.delivery import approval_blockers
 from pipeline.core.diagnosis import diagnose
 from pipeline.core.errors import NotFound
+from pipeline.core.ledger import dollars, version_spend
 from pipeline.core.rerun import runs as run_chain
 from pipeline.core.states import MEDIUM
 from pipeline.settings import Settings
@@ -117,7 +116,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
             "bundle": by_block.get(("bundle", None)), "approvable": not blockers, "approval_blockers": blockers,
             "running": any(t["status"] in ("ready", "running", "retry") for t in docs),
-            "events": by_task.get(None, []), "spend": summarise_spend(calls),
+            "events": by_task.get(None, []), "spend": version_spend(calls),
             "review": decisions[-1] if decisions else None}
 
 
@@ -132,30 +131,6 @@ def versions_compared(conn: psycopg.Connection, content_id: int, old: int, new: 
             tasks = db.all(conn, "tasks_of_version_with_cost", {"content_id": content_id, "version": number})
             sides.append(Side(number, row["title"], row["locale"], row["theme"], row["blocks"], tasks))
     return {"content_id": content_id, **compare(*sides)}
-
-
-def _money(value: Decimal | float | int | None) -> float:
-    return round(float(value or 0), 6)
-
-
-def summarise_spend(calls: Iterable[dict]) -> dict:
-    """Calls made and reused, by outcome, estimated cost, and tasks possibly paid more than once. Pure."""
-    calls = list(calls)
-    outcomes = Counter(c["outcome"] for c in calls)
-    charged: dict[int, list[dict]] = {}
-    for call in calls:
-        if call["charged"]:   # call_may_have_charged, in SQL
-            charged.setdefault(call["task_id"], []).append(call)
-    twice = [{"task_id": task_id, "kind": rows[0]["kind"], "block": rows[0]["block_key"],
-              "charged_calls": len(rows), "cost": _money(sum(_money(r["cost"]) for r in rows)),
-              "accepted_by": next((r["accepted_by"] for r in reversed(rows) if r["accepted_by"]), None)}
-             for task_id, rows in charged.items() if len(rows) > 1]
-    return {"calls": len(calls) - outcomes.get("reused", 0), "reused": outcomes.get("reused", 0),
-            "by_outcome": dict(sorted(outcomes.items())), "estimated_cost": _money(sum(_money(c["cost"]) for c in calls)),
-            "paid_more_than_once": twice,
-            "ledger": [{k: c[k] for k in ("id", "task_id", "attempt", "kind", "block_key", "provider", "model",
-                                          "outcome", "http_status", "latency_ms", "accepted_by", "at")}
-                       | {"cost": _money(c["cost"])} for c in calls]}
 
 
 def task(conn: psycopg.Connection, task_id: int, cfg: Settings) -> dict:
@@ -184,7 +159,7 @@ def task(conn: psycopg.Connection, task_id: int, cfg: Settings) -> dict:
             "is_current": row["version"] == row["current_version"],
             "events": [_event_doc(e) for e in events],
             "calls": [{k: c[k] for k in ("id", "attempt", "provider", "model", "outcome", "http_status",
-                                         "latency_ms", "at")} | {"cost": _money(c["cost"]),
+                                         "latency_ms", "at")} | {"cost": dollars(c["cost"]),
                                                                   "accepted_by": c["consented_by"]} for c in calls],
             "runs": runs, "receipts": storage.receipt_book(cfg).of_task(task_id),
             "lease": {"holder": row["worker"], "until": row["lease_until"], "heartbeat_at": row["heartbeat_at"]}

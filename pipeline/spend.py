@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 
 from pipeline import db
 from pipeline.core.errors import BudgetReached
+from pipeline.core.ledger import totals as ledger_totals
 from pipeline.core.records import Task
 from pipeline.settings import ProviderSettings, Settings
 
@@ -116,7 +117,7 @@ def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = Non
     paused = {r["kind"]: r["n"] for r in db.all(conn, "tasks_paused_by_budget")}
     return {"scope": "today" if content_id is None else f"content {content_id}", "content_id": content_id,
             "providers": providers, "content_budget": cfg.content_budget, "paused_by_budget": paused,
-            "ledger": ledger, "totals": _totals(ledger), "duplicates": duplicates}
+            "ledger": ledger, "totals": ledger_totals(ledger), "duplicates": duplicates}
 
 
 @dataclass(frozen=True)
@@ -129,16 +130,3 @@ def _providers(cfg: Settings) -> list[_Provider]:
     # the ledger's names for the configured providers (registry names: local-image, openai-tts, ...)
     return [_Provider(f"{cfg.image.backend}-image", cfg.image.daily_budget),
             _Provider(f"{cfg.tts.backend}-tts", cfg.tts.daily_budget)]
-
-
-def _totals(ledger: list[dict]) -> dict:
-    paid = [r for r in ledger if r["charged"]]
-    return {"paid_calls": sum(r["n"] for r in paid), "cost": round(sum(r["cost"] for r in ledger), 6),
-            "estimated": round(sum(r["estimated"] for r in ledger), 6),
-            "reported": round(sum(r["reported"] for r in ledger), 6),
-            "calls_with_reported_usage": sum(r["with_reported"] for r in ledger),
-            "batch_lines": sum(r["batch_lines"] for r in ledger),
-            "batch_savings": round(sum(r["batch_savings"] for r in ledger), 6),
-            "reuses": sum(r["n"] for r in ledger if r["outcome"] == "reused"),
-            "replays": sum(r["n"] for r in ledger if r["outcome"] == "replayed"),
-            "refused_or_not_sent": sum(r["n"] for r in ledger if r["outcome"] in ("permanent", "transient", "busy"))}

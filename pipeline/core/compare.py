@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from pipeline.core.ledger import dollars
 from pipeline.core.states import MEDIA_KINDS
 
 
@@ -89,7 +90,7 @@ def _media_side(task: dict | None) -> dict | None:
     if task is None:
         return None
     return {"task_id": task["id"], "status": task["status"], "sha256": task["asset_sha256"],
-            "cost": round(float(task.get("cost") or 0), 6), "paid_calls": int(task.get("paid_calls") or 0),
+            "cost": dollars(task.get("cost")), "paid_calls": int(task.get("paid_calls") or 0),
             "reused_asset": bool(task.get("reused")), "regeneration": (task.get("input") or {}).get("regeneration")}
 
 
