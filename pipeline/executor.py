@@ -35,6 +35,7 @@ from receipts.calls import Intent, ReceiptBook, now
 from receipts.calls import ResultReceipt
 from receipts.media import MediaStore
 
+
 class Executor(Protocol):
     """Does the work of a claimed task whose attempt may go on: the stored asset, or a classified error."""
 

@@ -26,6 +26,7 @@ from pipeline.core.rerun import runs as run_chain
 from pipeline.core.states import MEDIUM
 from pipeline.settings import Settings
 
+
 def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
                   before: int | None = None) -> dict:
     """Contents, newest first, a page at a time; `query` searches titles and the current version's text.
