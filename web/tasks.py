@@ -72,11 +72,11 @@ def rerun_task(task_id: int):
 @require("edit")
 def replay_task(task_id: int):
     """The rerun's route under its earlier name, answering with the earlier names too (CHANGELOG.md)."""
-    return _rerun(task_id, replay_id="rerun_id", replay_of="rerun_of")
+    return _rerun(task_id, earlier_names=True)
 
 
-def _rerun(task_id: int, **also: str):
-    """Rerun the task; `also` names more keys of the answer, each with the value of the key it names."""
+def _rerun(task_id: int, *, earlier_names: bool = False):
+    """Rerun the task; with `earlier_names`, the answer also has replay_id and replay_of."""
     body = inputs.json_object()
     why = inputs.text(body, "why", MAX_NOTE)
     done = rerun.rerun(get_conn(), task_id, settings(), actor=g.principal.owner, why=why, key_id=g.principal.key_id,
@@ -86,7 +86,9 @@ def _rerun(task_id: int, **also: str):
     answer = {"task_id": task_id, "rerun_id": done.rerun_id, "rerun_of": done.rerun_of, "status": done.status,
               "first_attempt": done.first_attempt, "max_attempts": done.max_attempts,
               "deadline_before": done.deadline_before, "deadline_after": done.deadline_after, "status_url": location}
-    response = jsonify({**answer, **{name: answer[same] for name, same in also.items()}})
+    if earlier_names:
+        answer |= {"replay_id": done.rerun_id, "replay_of": done.rerun_of}
+    response = jsonify(answer)
     response.status_code = 202
     response.headers["Location"] = location
     return response
