@@ -8,6 +8,11 @@ every task is terminal or `unknown` (or at the time limit).
 
 Failures it reports: lost tasks (still unfinished at the end) and provider calls
 executed twice for one idempotency key without a recorded decision.
+
+`--time-limit` bounds the whole run, from starting the servers to stopping them. The
+chaos ends early enough to leave time for the report; a phase that blocks past the limit
+(a server that does not stop, a save that hangs) is cut by a watchdog, which prints the
+phase it cut and the time each phase took, and exits 1.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +48,31 @@ from testkit.system import _die_with_pytest, rq_worker_argv
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = ("succeeded", "failed", "unknown", "superseded", "cancelled")
 QUEUES = {"image": 2, "tts": 2, "bundle": 1}
+REPORT_SECONDS = 20     # kept from the time limit for the report and stopping the servers
+
+
+@dataclass
+class Clock:
+    """The soak's one time limit, shared by its phases, with the time each phase took."""
+    limit: float
+    started: float = field(default_factory=time.monotonic)
+    phases: dict = field(default_factory=dict)      # name -> seconds
+    current: str = ""
+
+    def left(self, keep: float = 0.0) -> float:
+        """Seconds left before the limit, less `keep` seconds kept for what comes after."""
+        return self.limit - keep - (time.monotonic() - self.started)
+
+    @contextmanager
+    def phase(self, name: str):
+        self.current, begun = name, time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = round(time.monotonic() - begun, 1)
+
+    def overran(self) -> dict:
+        return {"overran": self.current, "time_limit": self.limit, "phases": self.phases}
 
 
 @dataclass
@@ -48,6 +80,7 @@ class Soak:
     args: argparse.Namespace
     base: Path
     rng: random.Random
+    clock: Clock
     env: dict = field(default_factory=dict)
     workers: dict = field(default_factory=dict)      # name -> Popen
     others: list = field(default_factory=list)
@@ -63,14 +96,14 @@ class Soak:
         self.workers[name] = self.spawn(rq_worker_argv(name.split("-")[0]), name)
 
     def counts(self) -> Counter:
-        for _ in range(50):
+        while self.clock.left() > 0:
             try:
                 with connect(self.env["DATABASE_URL"]) as conn:
                     return Counter({r["status"]: r["n"] for r in conn.execute(
                         "SELECT status, count(*) AS n FROM tasks GROUP BY 1")})
             except psycopg.OperationalError:
                 time.sleep(0.2)
-        raise RuntimeError("PostgreSQL did not come back")
+        raise RuntimeError(f"PostgreSQL did not come back within the time limit ({self.clock.limit:.0f} s)")
 
     def finished(self) -> int:
         counts = self.counts()
@@ -105,13 +138,13 @@ def save_all(soak: Soak, cfg) -> int:
     return tasks
 
 
-def wait_for_progress(soak: Soak, since: float, before: int, total: int, limit: float = 120) -> float:
-    """Seconds until one more task finished after a fault; NaN when none did within `limit`.
+def wait_for_progress(soak: Soak, since: float, before: int, total: int) -> float:
+    """Seconds until one more task finished after a fault; NaN when none did before the chaos must end.
 
     A fault that lands when nothing can progress any more (every task finished or waiting
     on an editor's decision) has nothing to recover: that counts as recovered at once.
     """
-    while time.monotonic() - since < limit:
+    while soak.clock.left(keep=REPORT_SECONDS) > 0:
         done = soak.finished()
         if done > before or done + len(waiting_on_a_person(soak)) >= total:
             return round(time.monotonic() - since, 2)
@@ -119,14 +152,15 @@ def wait_for_progress(soak: Soak, since: float, before: int, total: int, limit: 
     return float("nan")
 
 
-def chaos(soak: Soak, total: int, pg: Postgres) -> float:
+def chaos(soak: Soak, total: int, pg: Postgres) -> tuple[float, bool]:
+    """Break the system until every task is finished or waits on a person; (seconds, whether that happened)."""
     started = time.monotonic()
     next_kill = started + soak.args.kill_every
     flushed = restarted = stalled = False
-    while time.monotonic() - started < soak.args.time_limit:
+    while soak.clock.left(keep=REPORT_SECONDS) > 0:
         done = soak.finished()
         if done + len(waiting_on_a_person(soak)) >= total:
-            break
+            return time.monotonic() - started, True
         now = time.monotonic()
         if now >= next_kill and soak.kills < soak.args.max_kills:
             name = soak.rng.choice(sorted(soak.workers))
@@ -149,7 +183,7 @@ def chaos(soak: Soak, total: int, pg: Postgres) -> float:
             restarted = True
             soak.faults.append(("PostgreSQL restart", now, wait_for_progress(soak, now, before, total)))
         time.sleep(0.2)
-    return time.monotonic() - started
+    return time.monotonic() - started, False
 
 
 def stall_worker(soak: Soak, lease: float) -> None:
@@ -187,6 +221,7 @@ def report(soak: Soak, fake: FakeProviderServer, drained: float, total: int) -> 
         "waiting_on_unknown_or_failed_dependency": len(blocked), "lost_tasks": len(lost), "_duplicates": duplicates, "_lost": lost, "stale_writes_refused": stale, "worker_kills": soak.kills,
         "seconds_to_drain": round(drained, 1),
         "recovery_seconds": [(name, after) for name, _, after in soak.faults],
+        "phase_seconds": soak.clock.phases,
     }
 
 
@@ -207,7 +242,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-kills", type=int, default=1000)
     parser.add_argument("--ambiguous", type=float, default=0.03, help="share of calls that time out after send")
     parser.add_argument("--refusals", type=int, default=3, help="windows of refused connections")
-    parser.add_argument("--time-limit", type=float, default=900)
+    parser.add_argument("--time-limit", type=float, default=900,
+                        help=f"seconds for the whole run, servers included; the chaos ends {REPORT_SECONDS} s before")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the report as JSON only")
     parser.add_argument("--keep", action="store_true", help="keep the servers' data and logs, stopped")
@@ -216,42 +252,70 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    if args.time_limit <= REPORT_SECONDS:
+        raise SystemExit(f"bin/soak: --time-limit must be more than the {REPORT_SECONDS} s kept for the report")
     base = Path(tempfile.mkdtemp(prefix="mediapipe-soak-"))
     base.chmod(0o755)
-    soak = Soak(args, base, random.Random(args.seed))
+    soak = Soak(args, base, random.Random(args.seed), Clock(args.time_limit))
     pg, valkey, fake = Postgres(base / "pg", free_port()), Valkey(base / "redis", free_port()), FakeProviderServer()
+    watchdog = threading_timer(args.time_limit, lambda: cut(soak, pg, valkey))
     try:
-        pg.start(), valkey.start(), fake.start()
-        migrations.migrate(pg.url())
-        soak.env = soak_env(pg.url(), valkey.url(), base / "media", fake.base_url)
-        total = args.lessons * (2 * args.blocks + 1)
-        fake.script(*behaviours(soak.rng, total * 2, args.ambiguous, 1.0))
-        for queue, count in QUEUES.items():
-            for n in range(count):
-                soak.start_worker(f"{queue}-{n}")
-        soak.others = [soak.spawn([str(ROOT / "bin" / "dispatch")], "dispatcher"),
-                       soak.spawn([str(ROOT / "bin" / "reconcile"), "--loop", "1"], "reconciler")]
-        save_all(soak, settings_mod.load(soak.env))
+        with soak.clock.phase("start"):
+            pg.start(), valkey.start(), fake.start()
+            migrations.migrate(pg.url())
+            soak.env = soak_env(pg.url(), valkey.url(), base / "media", fake.base_url)
+            total = args.lessons * (2 * args.blocks + 1)
+            fake.script(*behaviours(soak.rng, total * 2, args.ambiguous, 1.0))
+            for queue, count in QUEUES.items():
+                for n in range(count):
+                    soak.start_worker(f"{queue}-{n}")
+            soak.others = [soak.spawn([str(ROOT / "bin" / "dispatch")], "dispatcher"),
+                           soak.spawn([str(ROOT / "bin" / "reconcile"), "--loop", "1"], "reconciler")]
+        with soak.clock.phase("save"):
+            save_all(soak, settings_mod.load(soak.env))
         for i in range(args.refusals):
             threading_timer(soak.rng.uniform(1, 20), lambda: fake.refuse_connections(0.5))
-        drained = chaos(soak, total, pg)
-        result = report(soak, fake, drained, total)
+        with soak.clock.phase("chaos"):
+            drained, settled = chaos(soak, total, pg)
+        with soak.clock.phase("report"):
+            result = report(soak, fake, drained, total)
+        result["overran"] = None if settled else "chaos"
         result["duplicate_task_ids"] = result.pop("_duplicates")
         result["unfinished_task_ids"] = result.pop("_lost")[:20]
     finally:
-        for proc in [*soak.workers.values(), *soak.others]:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        fake.stop(), valkey.stop(), pg.stop()
+        with soak.clock.phase("stop"):
+            stop_all(soak, pg, valkey, fake)
+        watchdog.cancel()
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     if args.keep:
         print(f"kept {base} (PostgreSQL data in {base / 'pg'}, process logs *.log)")
     print(json.dumps(result, ensure_ascii=False, indent=None if args.json else 2))
     ok = result["lost_tasks"] == 0 and result["keys_executed_twice_without_decision"] == 0 \
-        and not result["admission_counters_disagree"]
+        and not result["admission_counters_disagree"] and result["overran"] is None
     return 0 if ok else 1
+
+
+def stop_all(soak: Soak, pg: Postgres, valkey: Valkey, fake: FakeProviderServer | None, pg_mode: str = "fast") -> None:
+    for proc in [*soak.workers.values(), *soak.others]:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if fake is not None:
+        fake.stop()
+    valkey.stop()
+    pg.stop(pg_mode)
+
+
+def cut(soak: Soak, pg: Postgres, valkey: Valkey) -> None:
+    """The time limit passed inside a phase that did not end: say which, stop what outlives us, exit 1."""
+    print(json.dumps(soak.clock.overran()), flush=True)
+    try:
+        stop_all(soak, pg, valkey, None, pg_mode="immediate")   # PostgreSQL and Valkey are not killed with us
+    finally:
+        if not soak.args.keep:
+            shutil.rmtree(soak.base, ignore_errors=True)
+        os._exit(1)
 
 
 def soak_env(database_url: str, redis_url: str, media: Path, provider_url: str) -> dict:
@@ -267,11 +331,11 @@ def soak_env(database_url: str, redis_url: str, media: Path, provider_url: str) 
     return env
 
 
-def threading_timer(seconds: float, action) -> None:
-    import threading
+def threading_timer(seconds: float, action) -> threading.Timer:
     timer = threading.Timer(seconds, action)
     timer.daemon = True
     timer.start()
+    return timer
 
 
 if __name__ == "__main__":
