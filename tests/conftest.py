@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+
+pytest.register_assert_rewrite("testkit.crashes")   # its scenarios assert, as tests do
 import redis
 
 from bin.embedded import Postgres, S3Server, Valkey, free_port

@@ -1,7 +1,6 @@
 """The bulk lane's images through the Batch API (IMAGE_BULK_BACKEND=batch), with real workers, a real batcher
 process killed with SIGKILL at each of its crash points, and the strict fake's Files and Batch API."""
 
-import signal
 
 import pytest
 

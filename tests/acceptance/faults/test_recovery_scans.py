@@ -7,7 +7,7 @@ from rq import Queue
 from pipeline.core.lanes import ALL_QUEUES
 from testkit.helpers import wait_until
 from testkit.system import ROOT, kill, spawn
-from tests.acceptance.faults.test_worker_crashes import key_of, save_one_block, worker_in_the_middle_of_an_image_call
+from testkit.crashes import key_of, save_one_block, worker_in_the_middle_of_an_image_call
 
 
 def dispatcher(system):

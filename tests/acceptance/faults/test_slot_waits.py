@@ -6,7 +6,7 @@ from pipeline import versions
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import draft, wait_until
 from testkit.system import ROOT, kill, spawn
-from tests.acceptance.faults.test_worker_crashes import worker_in_the_middle_of_an_image_call
+from testkit.crashes import worker_in_the_middle_of_an_image_call
 
 
 def image_tasks(system, content_id: int) -> list[dict]:

@@ -2,32 +2,11 @@
 
 import signal
 
-from pipeline import versions
-from pipeline.core.records import idempotency_key
 from receipts.calls import ReceiptBook
-from testkit.fakeprovider import Behaviour
-from testkit.helpers import draft, wait_until
+from testkit.helpers import wait_until
+from testkit.crashes import (key_of, killed_after_the_result_receipt_is_recovered_from_it, save_one_block,
+                             worker_in_the_middle_of_an_image_call)
 from testkit.system import drain, kill
-
-
-def save_one_block(system):
-    with system.db() as conn:
-        saved = versions.save(conn, draft(1), system.cfg, actor="editor")
-        rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (saved.content_id,)).fetchall()
-    return saved, rows  # image, tts, bundle
-
-
-def worker_in_the_middle_of_an_image_call(system, fake):
-    """A real image worker whose provider call the fake holds open until `fake.release()`."""
-    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
-    worker = system.start_worker("image")
-    system.dispatch()
-    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
-    return worker
-
-
-def key_of(row):
-    return idempotency_key(row["fingerprint"], row["id"])
 
 
 def test_a_lesson_runs_through_real_worker_processes_with_one_call_per_task(system, fake):
@@ -90,25 +69,7 @@ def test_killed_after_the_intent_without_a_lookup_the_task_becomes_unknown_and_i
 
 
 def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(system, fake):
-    saved, (image, tts, bundle) = save_one_block(system)
-    worker = worker_in_the_middle_of_an_image_call(system, fake)
-    book = ReceiptBook(system.cfg.media_dir)
-    with system.holding("SELECT * FROM tasks WHERE id = %s FOR UPDATE", image["id"]):  # holds the commit
-        fake.release()
-        wait_until(lambda: book.result(image["id"], 1), message="the result receipt")
-        system.waiting_on_lock()
-        kill(worker)
-    receipt = book.result(image["id"], 1)
-    assert system.task(image["id"])["status"] == "running"
-    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
-    drain(system, saved.content_id)
-    row = system.task(image["id"])
-    assert (row["status"], row["asset_sha256"], row["attempts"]) == ("succeeded", receipt.sha256, 1)
-    with system.db() as conn:
-        actions = [e["action"] for e in conn.execute("SELECT action FROM events WHERE task_id = %s ORDER BY id",
-                                                     (image["id"],))]
-    assert actions[-1] == "recovered_from_receipt"
-    assert fake.calls_for(key_of(image)).requests == 1
+    killed_after_the_result_receipt_is_recovered_from_it(system, fake, ReceiptBook(system.cfg.media_dir))
 
 
 def test_a_stalled_worker_that_resumes_after_a_takeover_writes_nothing(system, fake):

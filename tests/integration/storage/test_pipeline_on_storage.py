@@ -18,14 +18,8 @@ from pipeline.core.records import idempotency_key
 from pipeline.reconcile import Reconciler
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import ControlledExecutor, draft, make_settings, wait_until, work_burst
-from testkit.system import drain, kill
-
-
-def save_one_block(system):
-    with system.db() as conn:
-        saved = versions.save(conn, draft(1), system.cfg, actor="editor")
-        rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (saved.content_id,)).fetchall()
-    return saved, rows  # image, tts, bundle
+from testkit.crashes import killed_after_the_result_receipt_is_recovered_from_it, save_one_block
+from testkit.system import drain
 
 
 def elsewhere(system, tmp_path) -> settings.Settings:
@@ -61,28 +55,7 @@ def test_the_intent_receipt_is_in_the_store_before_the_provider_is_called(system
 
 
 def test_a_worker_killed_after_its_result_receipt_is_recovered_from_the_receipt(system, fake):
-    saved, (image, tts, bundle) = save_one_block(system)
-    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
-    worker = system.start_worker("image")
-    system.dispatch()
-    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
-    book = storage.receipt_book(system.cfg)
-    with system.holding("SELECT * FROM tasks WHERE id = %s FOR UPDATE", image["id"]):  # holds the commit
-        fake.release()
-        wait_until(lambda: book.result(image["id"], 1), message="the result receipt")
-        system.waiting_on_lock()
-        kill(worker)
-    receipt = book.result(image["id"], 1)
-    assert system.task(image["id"])["status"] == "running"
-    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
-    drain(system, saved.content_id)
-    row = system.task(image["id"])
-    assert (row["status"], row["asset_sha256"], row["attempts"]) == ("succeeded", receipt.sha256, 1)
-    with system.db() as conn:
-        actions = [e["action"] for e in conn.execute("SELECT action FROM events WHERE task_id = %s ORDER BY id",
-                                                     (image["id"],))]
-    assert actions[-1] == "recovered_from_receipt"
-    assert fake.calls_for(idempotency_key(image["fingerprint"], image["id"])).requests == 1
+    killed_after_the_result_receipt_is_recovered_from_it(system, fake, storage.receipt_book(system.cfg))
 
 
 def run_version(conn, cfg, rt, saved) -> set[str]:
