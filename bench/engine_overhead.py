@@ -61,6 +61,17 @@ class Run:
         return value / self.items
 
 
+COST_COLUMNS = ["CPU workers", "CPU postgres", "CPU redis", "CPU driver", "CPU total", "PG commits",
+                "PG write tx (xids)", "WAL fsyncs"]
+
+
+def cost_medians(group: list[Run]) -> list[float]:
+    """The medians over repeats of each COST_COLUMNS figure per item: CPU in ms, counters as counts."""
+    cpu = [median(r.per_item(getattr(r.cpu, part)) * 1000 for r in group)
+           for part in ("workers", "postgres", "redis", "driver", "total")]
+    return cpu + [median(r.per_item(r.pg[counter]) for r in group) for counter in ("commits", "next_xid", "wal_fsyncs")]
+
+
 def _start_workers(stack: Stack, kind: str, cls: str, count: int, tag: str) -> list:
     names = [f"{tag}-{i}" for i in range(count)]
     procs = [stack.spawn(name, worker_argv(kind, cls, name)) for name in names]
@@ -209,16 +220,7 @@ def report(runs: list[Run], counts: list[int], classes: list, limits: dict) -> N
             rows.append([name, workers, f"{len(ours)} x {ours[0].items}", median(o.rate for o in ours), median(p.rate for p in plain),
                          f"{median(ratios) * 100:.0f} %", " / ".join(f"{x * 100:.0f}" for x in ratios)])
             for group in (ours, plain):
-                r0 = group[0]
-                cost_rows.append([name, workers, r0.who,
-                                  median(r.per_item(r.cpu.workers) * 1000 for r in group),
-                                  median(r.per_item(r.cpu.postgres) * 1000 for r in group),
-                                  median(r.per_item(r.cpu.redis) * 1000 for r in group),
-                                  median(r.per_item(r.cpu.driver) * 1000 for r in group),
-                                  median(r.per_item(r.cpu.total) * 1000 for r in group),
-                                  median(r.per_item(r.pg["commits"]) for r in group),
-                                  median(r.per_item(r.pg["next_xid"]) for r in group),
-                                  median(r.per_item(r.pg["wal_fsyncs"]) for r in group),
+                cost_rows.append([name, workers, group[0].who, *cost_medians(group),
                                   median(r.per_item(r.redis_calls) for r in group)])
     say()
     say("Throughput, median of repeats (ratio = ours / plain RQ, per repeat then median):")
@@ -227,8 +229,7 @@ def report(runs: list[Run], counts: list[int], classes: list, limits: dict) -> N
     say()
     say("Cost per task (ours) or per job (plain RQ), medians; CPU in ms; PostgreSQL and Redis counters are "
         "server-wide deltas over the run (saves, fast-path enqueue and completion polling included):")
-    say(table(["worker class", "workers", "who", "CPU workers", "CPU postgres", "CPU redis", "CPU driver",
-               "CPU total", "PG commits", "PG write tx (xids)", "WAL fsyncs", "Redis commands"], cost_rows, digits=2))
+    say(table(["worker class", "workers", "who", *COST_COLUMNS, "Redis commands"], cost_rows, digits=2))
     simple_ours = [r for r in runs if r.who == "ours" and r.cls == "simple"]
     if simple_ours:
         writes = median(r.per_item(r.pg["next_xid"]) for r in simple_ours)

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (ROOT, Stack, median, print_machine, run_main, say, servers, table,  # noqa: E402
                           tasks_per_lesson, wait_all_done)
-from bench.engine_overhead import Run, _finish, run_ours  # noqa: E402
+from bench.engine_overhead import COST_COLUMNS, Run, _finish, cost_medians, run_ours  # noqa: E402
 from bench.measure import CpuSnapshot, redis_calls, settle_pg_stats  # noqa: E402
 
 PEERS_VENV = ROOT / ".venv-peers"
@@ -225,15 +225,7 @@ def report(runs: list[Run], counts: list[int], systems: list[str]) -> None:
             ratios = [o.rate / r.rate for o, r in zip(ours, group)] if who != "ours" else []
             rows.append([workers, who, median(r.rate for r in group), " / ".join(f"{r.rate:.1f}" for r in group),
                          f"{median(ratios):.2f}x" if ratios else "", " / ".join(f"{x:.2f}" for x in ratios)])
-            costs.append([workers, who,
-                          median(r.per_item(r.cpu.workers) * 1000 for r in group),
-                          median(r.per_item(r.cpu.postgres) * 1000 for r in group),
-                          median(r.per_item(r.cpu.redis) * 1000 for r in group),
-                          median(r.per_item(r.cpu.driver) * 1000 for r in group),
-                          median(r.per_item(r.cpu.total) * 1000 for r in group),
-                          median(r.per_item(r.pg["commits"]) for r in group),
-                          median(r.per_item(r.pg["next_xid"]) for r in group),
-                          median(r.per_item(r.pg["wal_fsyncs"]) for r in group)])
+            costs.append([workers, who, *cost_medians(group)])
     how = {r.who: r.cls for r in runs}
     peers = "".join(f"; {who}: {how[who]}" for who in systems if who != "ours")
     say()
@@ -242,8 +234,7 @@ def report(runs: list[Run], counts: list[int], systems: list[str]) -> None:
     say(table(["workers", "who", "tasks/s", "tasks/s per repeat", "ours / this", "ours / this per repeat"], rows))
     say()
     say("Cost per task, medians; CPU in ms; PostgreSQL counters are server-wide deltas over the run:")
-    say(table(["workers", "who", "CPU workers", "CPU postgres", "CPU redis", "CPU driver", "CPU total",
-               "PG commits", "PG write tx (xids)", "WAL fsyncs"], costs, digits=2))
+    say(table(["workers", "who", *COST_COLUMNS], costs, digits=2))
 
 
 if __name__ == "__main__":
