@@ -1,17 +1,21 @@
-"""Pytest fixtures for the web app: an app on this test's database, keys per role, and in-process work.
+"""Pytest fixtures for the web app: an app on this test's database, served on a real port if asked, keys per role,
+and in-process work.
 
 A plugin of the test suite (tests/conftest.py `pytest_plugins`), so the integration tests of the
 web and the acceptance tests that drive it over HTTP share one definition."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 from rq import Queue
+from werkzeug.serving import make_server
 
+from bin.embedded import free_port
 from pipeline import dispatch, keys, runtime
 from pipeline.db import connect
 from pipeline.core.lanes import ALL_QUEUES
@@ -52,6 +56,17 @@ def media_dir(tmp_path):
 @pytest.fixture
 def app(database_url, redis_url, media_dir):
     return make_app(database_url, redis_url, media_dir)
+
+
+@pytest.fixture
+def server(app):
+    """The app on a real port of 127.0.0.1, served by a thread of this process; its base URL."""
+    httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    thread.join(10)
 
 
 @pytest.fixture

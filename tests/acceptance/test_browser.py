@@ -14,15 +14,12 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 import requests
-from werkzeug.serving import make_server
 
-from bin.embedded import free_port
 from pipeline.dispatch import QUEUES
 from testkit.system import rq_worker_argv
 from testkit.webapp import TEST_ENV
@@ -49,17 +46,6 @@ def chromium():
         pytest.skip(f"headless Chromium unavailable: {exc}")
     yield browser
     browser.quit()
-
-
-@pytest.fixture
-def server(app):
-    """The app on a real port, in a thread of this process."""
-    httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-    thread.join(10)
 
 
 @pytest.fixture

@@ -6,13 +6,10 @@ import io
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
 
-from bin.embedded import free_port
 from bin.importer import Answer, Importer, run
 from testkit.helpers import lesson
 
@@ -45,16 +42,6 @@ def test_an_unknown_priority_is_refused_naming_the_field(api, conn, value):
     assert response.status_code == 422
     assert response.json["error"]["field"] == "priority"
     assert count(conn, "contents") == 0
-
-
-@pytest.fixture
-def server(app):
-    httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-    thread.join(10)
 
 
 def bin_import(server: str, key: str, path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import psycopg
 import pytest
 import requests
 from flask.sessions import SecureCookieSessionInterface
-from werkzeug.serving import make_server
 
 from bin import devstack
 from bin.embedded import free_port
@@ -282,18 +280,11 @@ def test_the_demo_door_opens_for_json_from_this_machine(app, host, peer):
     assert response.status_code == 202
 
 
-def test_the_readme_seed_call_works_over_a_real_socket(app):
-    httpd = make_server("127.0.0.1", free_port(), app, threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_port}/api/jobs"
-        assert requests.post(url, json=SEED, timeout=10).status_code == 202
-        assert requests.post(url, data=str(SEED).encode(), headers={"Content-Type": "text/plain"},
-                             timeout=10).status_code == 401
-    finally:
-        httpd.shutdown()
-        thread.join(10)
+def test_the_readme_seed_call_works_over_a_real_socket(server):
+    url = f"{server}/api/jobs"
+    assert requests.post(url, json=SEED, timeout=10).status_code == 202
+    assert requests.post(url, data=str(SEED).encode(), headers={"Content-Type": "text/plain"},
+                         timeout=10).status_code == 401
 
 
 # -- 6. JSON depth -----------------------------------------------------------------------------------
