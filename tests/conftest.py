@@ -19,7 +19,6 @@ time a test asks for object storage; each such test gets a bucket of its own.
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import redis
 
 from bin.embedded import Postgres, S3Server, Valkey, free_port
 from pipeline import migrations, settings
+from testkit.fakeprovider import FakeProviderServer
 
 TEMPLATE = "mediapipe_template"
 pytest_plugins = ["testkit.webapp"]   # the web app's fixtures, for integration and acceptance tests
@@ -194,3 +194,10 @@ def s3_env(s3_server):
 def storage_env(request) -> dict[str, str]:
     """The settings of one kind of store; a test that takes this runs on both."""
     return request.getfixturevalue("s3_env") if request.param == "s3" else {}
+
+
+@pytest.fixture
+def fake():
+    """The fake OpenAI-compatible provider, a real HTTP server on 127.0.0.1, for this test."""
+    with FakeProviderServer() as server:
+        yield server

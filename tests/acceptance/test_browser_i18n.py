@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.acceptance.test_browser import chromium, server, shots, workers  # noqa: F401 - fixtures
+from tests.acceptance.test_browser import chromium, shots, workers  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slow
 ZONE = "Asia/Shanghai"

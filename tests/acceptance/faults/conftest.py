@@ -1,15 +1,8 @@
-"""Fixtures of the fault tests: the fake provider, a running system (workers as processes), whole stacks."""
+"""Fixtures of the fault tests: a running system (workers as processes), whole stacks."""
 
 import pytest
 
-from testkit.fakeprovider import FakeProviderServer
 from testkit.system import System, start_stack, stop_stack, system_env
-
-
-@pytest.fixture
-def fake():
-    with FakeProviderServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -13,12 +13,6 @@ from providers.registry import ProviderConfig, build_provider
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 
 
-@pytest.fixture
-def fake():
-    with FakeProviderServer() as server:
-        yield server
-
-
 def provider(fake: FakeProviderServer, kind: str = "image", **changes):
     cfg = ProviderConfig(**{"backend": "openai", "base_url": fake.base_url + "/v1", "api_key": "sk-bounded",
                             "connect_timeout": 2.0, "read_timeout": 5.0, "call_timeout": 30.0, **changes})

@@ -23,13 +23,6 @@ SECRET = "sk-test-5f1c0ffee-do-not-print"
 READ_TIMEOUT = 0.5
 
 
-@pytest.fixture
-def fake():
-    server = FakeProviderServer().start()
-    yield server
-    server.stop()
-
-
 def make(kind: str, base_url: str, session: requests.Session | None = None, **changes):
     settings = dict(backend="openai", base_url=base_url, api_key=SECRET,
                     connect_timeout=2.0, read_timeout=READ_TIMEOUT)

@@ -18,24 +18,17 @@ import requests
 
 from pipeline import keys, storage
 from pipeline.core.records import idempotency_key
-from testkit.fakeprovider import Behaviour, FakeProviderServer
+from testkit.fakeprovider import Behaviour
 from testkit.helpers import lesson, wait_until
-from tests.integration.storage.conftest import system_env
-from testkit.system import System, drain, kill
+from testkit.system import System, drain, kill, system_env
 from bin.embedded import free_port
-
-
-@pytest.fixture
-def fake():
-    with FakeProviderServer() as server:
-        yield server
 
 
 @pytest.fixture
 def machines(database_url, redis_url, tmp_path, fake, s3_env):
     logs = tmp_path / "logs"
     logs.mkdir()
-    base = System(system_env(database_url, redis_url, tmp_path / "web", fake.base_url, s3_env), logs)
+    base = System({**system_env(database_url, redis_url, tmp_path / "web", fake.base_url), **s3_env}, logs)
     group_a = base.with_env(MEDIA_DIR=str(tmp_path / "machine-a"))
     group_b = base.with_env(MEDIA_DIR=str(tmp_path / "machine-b"))
     yield base, group_a, group_b

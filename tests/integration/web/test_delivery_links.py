@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 
 import pytest
 
