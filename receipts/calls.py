@@ -16,8 +16,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from receipts.media import objects_of
-from receipts.objects import Objects
+from receipts.objects import Objects, objects_of
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,9 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from receipts.objects import LocalObjects, Objects
+from receipts.objects import LocalObjects, Objects, objects_of
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
-
-
-def objects_of(where: Objects | Path | str) -> Objects:
-    """A path means a local directory (the default kind of store)."""
-    return LocalObjects(Path(where)) if isinstance(where, (str, Path)) else where
 
 
 class MediaStore:

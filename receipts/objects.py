@@ -146,6 +146,11 @@ class LocalObjects:
         return _pieces(handle)
 
 
+def objects_of(where: Objects | Path | str) -> Objects:
+    """A store given as a path is a local directory (the default kind of store)."""
+    return LocalObjects(Path(where)) if isinstance(where, (str, Path)) else where
+
+
 @dataclass(frozen=True)
 class S3Objects:
     """Objects in an S3-compatible bucket, every key under `prefix`.
