@@ -23,7 +23,7 @@ from pipeline.core.diagnosis import diagnose
 from pipeline.core.errors import NotFound
 from pipeline.core.ledger import dollars, version_spend
 from pipeline.core.rerun import runs as run_chain
-from pipeline.core.states import MEDIUM
+from pipeline.core.states import MEDIUM, TaskKind
 from pipeline.settings import Settings
 
 
@@ -115,7 +115,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
             "cancel_requested_by": row["cancel_requested_by"],
             "status": status, "terminal": status in FINISHED,
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
-            "bundle": by_block.get(("bundle", None)), "approvable": not blockers, "approval_blockers": blockers,
+            "bundle": by_block.get((TaskKind.BUNDLE, None)), "approvable": not blockers, "approval_blockers": blockers,
             "running": any(t["status"] in ("ready", "running", "retry") for t in docs),
             "events": by_task.get(None, []), "spend": version_spend(calls),
             "review": decisions[-1] if decisions else None}

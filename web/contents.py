@@ -14,6 +14,7 @@ from pipeline import demo, overview, review, versions
 from pipeline.core import lanes
 from pipeline.core.content import LIMITS, download_name, parse_draft
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.states import MEDIA_KINDS
 from pipeline.log import log
 from web import inputs
 from web.auth import require
@@ -212,7 +213,7 @@ def form_draft(form: MultiDict) -> dict:
 
 def reuse_summary(board: dict) -> str:
     """What a save will make anew and what it reuses, by block, in words."""
-    media = [t for t in board["tasks"] if t["kind"] != "bundle"]
+    media = [t for t in board["tasks"] if t["kind"] in MEDIA_KINDS]
     reused = [t for t in media if t["reusable"]]
     fresh_blocks = sorted({t["block"] for t in media if not t["reusable"]})
     reused_blocks = sorted({t["block"] for t in reused} - set(fresh_blocks))
