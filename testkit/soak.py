@@ -183,7 +183,7 @@ def chaos(soak: Soak, total: int, pg: Postgres) -> tuple[float, bool]:
             restarted = True
             soak.faults.append(("PostgreSQL restart", now, wait_for_progress(soak, now, before, total)))
         time.sleep(0.2)
-    return time.monotonic() - started, False
+    return time.monotonic() - started, soak.finished() + len(waiting_on_a_person(soak)) >= total
 
 
 def stall_worker(soak: Soak, lease: float) -> None:
