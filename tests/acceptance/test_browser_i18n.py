@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.acceptance.test_browser import chromium, shots, workers  # noqa: F401 - fixtures
-
 pytestmark = pytest.mark.slow
 ZONE = "Asia/Shanghai"
 # What each language must say, where it matters most.
