@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 from rq import Queue
 from werkzeug.serving import make_server
 
@@ -115,6 +116,31 @@ class Api:
         approved = self.post(created["status_url"] + "/approve", role="reviewer")
         assert approved.status_code == 200, approved.json
         return created, self.get(f"/api/contents/{created['content_id']}/delivery", role="reviewer").json
+
+
+def tasks_of(api, created) -> dict[str, dict]:
+    """The version's tasks by "kind:block"."""
+    body = api.get(created["status_url"]).json
+    return {f"{t['kind']}:{t['block'] or ''}": t for t in body["tasks"]}
+
+
+def approve(api, created, role="reviewer"):
+    return api.post(created["status_url"] + "/approve", role=role)
+
+
+def delivery(api, created):
+    return api.get(f"/api/contents/{created['content_id']}/delivery", role="editor")
+
+
+def scrape(api) -> dict[tuple[str, tuple], float]:
+    response = api.client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-pytest.register_assert_rewrite("testkit.crashes")   # its scenarios assert, as tests do
+pytest.register_assert_rewrite("testkit.crashes", "testkit.pages")   # they assert, as tests do
 import redis
 
 from bin.embedded import Postgres, S3Server, Valkey, free_port

@@ -2,8 +2,8 @@
 
 Each floor imports only the floors below it: `providers/` and `receipts/` (the ground floor)
 nothing of ours; `pipeline/core/` nothing that does I/O and no pipeline module outside it;
-`web/` asks `pipeline/`, never `receipts/`, and runs no query itself; `bin/` and `bench/` never reach into
-`tests/`.
+`web/` asks `pipeline/`, never `receipts/`, and runs no query itself; `bin/`, `bench/` and `testkit/` never reach
+into `tests/`, and no test module imports another.
 """
 
 from __future__ import annotations
@@ -123,6 +123,13 @@ def test_commands_benchmarks_and_the_test_kit_never_reach_into_the_tests(folder)
                and p.read_bytes()[:2] == b"#!" and b"python" in p.read_bytes()[:100]]
     for path in files(folder) + scripts:
         into = sorted(m for m in imports_of(path) if m.split(".")[0] == "tests")
+        assert not into, f"{path.relative_to(ROOT)} imports {into[0]}: shared tools live in testkit/"
+
+
+def test_no_test_module_imports_another():
+    # a helper two test modules need is a tool: it lives in testkit/ (or a conftest's fixture), where it is found
+    for path in files("tests"):
+        into = sorted(m for m in imports_of(path) if m.split(".")[0] == "tests" and m.split(".")[-1].startswith("test_"))
         assert not into, f"{path.relative_to(ROOT)} imports {into[0]}: shared tools live in testkit/"
 
 

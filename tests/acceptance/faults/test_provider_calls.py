@@ -7,10 +7,10 @@ import zipfile
 
 from pipeline import versions
 from pipeline.core.content import parse_draft
+from testkit.crashes import key_of
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import lesson, wait_until
 from testkit.system import drain
-from tests.acceptance.faults.test_worker_crashes import key_of
 
 
 def start_all(system, image_workers=1):

@@ -10,8 +10,8 @@ import pytest
 
 from pipeline import signins
 from testkit.helpers import lesson
+from testkit.pages import csrf_of, page
 from testkit.webapp import Api, make_app
-from tests.integration.web.test_ui import csrf_of, page
 
 
 @pytest.fixture

@@ -5,21 +5,7 @@ from __future__ import annotations
 from pipeline.core.errors import Ambiguous, Permanent
 from pipeline import runtime
 from testkit.helpers import lesson
-from testkit.webapp import api_and_work
-
-
-def tasks_of(api, created) -> dict[str, dict]:
-    """The version's tasks by "kind:block"."""
-    body = api.get(created["status_url"]).json
-    return {f"{t['kind']}:{t['block'] or ''}": t for t in body["tasks"]}
-
-
-def approve(api, created, role="reviewer"):
-    return api.post(created["status_url"] + "/approve", role=role)
-
-
-def delivery(api, created):
-    return api.get(f"/api/contents/{created['content_id']}/delivery", role="editor")
+from testkit.webapp import api_and_work, approve, delivery, tasks_of
 
 
 def test_approving_an_incomplete_version_is_409_listing_what_is_missing(api):

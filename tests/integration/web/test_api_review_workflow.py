@@ -8,8 +8,7 @@ from urllib.parse import unquote
 from pipeline import runtime
 from pipeline.core.errors import Ambiguous, Permanent
 from testkit.helpers import lesson
-from testkit.webapp import Api, api_and_work, make_app
-from tests.integration.web.test_api_review import approve, delivery, tasks_of
+from testkit.webapp import Api, api_and_work, approve, delivery, make_app, tasks_of
 
 
 def edit(api, created, base: int, blocks: list[dict], **extra):

@@ -3,8 +3,8 @@ that it is paused, a bulk task's page says why it waits, and /metrics counts it.
 
 from __future__ import annotations
 
+from testkit.pages import csrf_of, page, sign_in
 from testkit.webapp import lesson
-from tests.integration.web.test_ui import csrf_of, page, sign_in
 
 
 def test_only_an_admin_pauses_and_resumes_and_each_refusal_changes_nothing(api):

@@ -9,8 +9,8 @@ from urllib.parse import quote, urlencode
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from testkit.pages import sign_in
 from testkit.webapp import make_app
-from tests.integration.web.test_ui import sign_in
 
 pytestmark = pytest.mark.slow
 

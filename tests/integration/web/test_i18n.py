@@ -17,7 +17,7 @@ import pytest
 from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po
 
-from tests.integration.web.test_ui import csrf_of, page, post, sign_in
+from testkit.pages import csrf_of, page, post, sign_in
 from web import i18n, words
 
 WEB = Path(__file__).resolve().parents[3] / "web"

@@ -3,20 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.core.errors import Ambiguous, BudgetReached, Busy, Transient
-
-
-def scrape(api) -> dict[tuple[str, tuple], float]:
-    response = api.client.get("/metrics")
-    assert response.status_code == 200
-    assert response.headers["Content-Type"].startswith("text/plain; version=")
-    samples = {}
-    for family in text_string_to_metric_families(response.data.decode()):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
+from testkit.webapp import scrape
 
 
 def test_metrics_report_tasks_by_status_and_kind_with_zeros(api):

@@ -8,9 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 from pipeline import runtime
 from pipeline.core.errors import Permanent
-from testkit.webapp import api_and_work
-from tests.integration.web.test_metrics import scrape
-from tests.integration.web.test_ui import Forms, page, post, sign_in
+from testkit.pages import Forms, page, post, sign_in
+from testkit.webapp import api_and_work, scrape
 
 
 def tasks_of(api, created) -> dict[str, dict]:

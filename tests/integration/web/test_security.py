@@ -23,8 +23,8 @@ from pipeline import db, keys, settings as settings_mod
 from pipeline.core.errors import ConfigError
 from receipts.media import MediaStore
 from testkit.helpers import lesson, wait_until
+from testkit.pages import csrf_of, page, post, sign_in
 from testkit.webapp import TEST_SECRET, Api, make_app
-from tests.integration.web.test_ui import csrf_of, page, post, sign_in
 from web import create_app
 
 ROOT = Path(__file__).resolve().parents[3]

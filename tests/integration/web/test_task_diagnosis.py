@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.integration.web.test_ui import page, sign_in
+from testkit.pages import page, sign_in
 
 
 def tasks_by_kind(api, created) -> dict[str, dict]:

@@ -3,49 +3,13 @@
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 import pytest
 
 from pipeline import keys
 from pipeline.core.errors import Ambiguous, Permanent
 from receipts.calls import Intent, ReceiptBook
-
-
-class Forms(HTMLParser):
-    """Every <form> of a page with its method, action and named inputs."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.forms: list[dict] = []
-        self.feed(html)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        if tag == "form":
-            self.forms.append({"method": (attrs.get("method") or "get").lower(), "action": attrs.get("action"),
-                               "inputs": {}})
-        elif tag in ("input", "textarea", "select") and self.forms and attrs.get("name"):
-            self.forms[-1]["inputs"][attrs["name"]] = attrs
-
-
-def page(client, url: str, status: int = 200) -> str:
-    response = client.get(url)
-    assert response.status_code == status, (url, response.status_code)
-    return response.get_data(as_text=True)
-
-
-def csrf_of(html: str) -> str:
-    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
-
-
-def sign_in(client, token: str) -> str:
-    token_field = csrf_of(page(client, "/signin"))
-    response = client.post("/signin", data={"api_key": token, "csrf_token": token_field})
-    assert response.status_code == 303, response.get_data(as_text=True)
-    fresh = csrf_of(page(client, "/"))
-    assert fresh != token_field  # a new session gets a new token: a planted one is worthless
-    return fresh
+from testkit.pages import Forms, csrf_of, page, post, sign_in
 
 
 @pytest.fixture
@@ -53,10 +17,6 @@ def browser(app, tokens):
     """A signed-in editor's client and its CSRF token."""
     client = app.test_client()
     return client, sign_in(client, tokens["admin"])
-
-
-def post(client, csrf: str, url: str, **data):
-    return client.post(url, data={"csrf_token": csrf, **data})
 
 
 def test_pages_need_a_signed_in_key(app):

@@ -4,8 +4,8 @@ page and its bulk actions, the contents search, all through the signed-in UI."""
 from __future__ import annotations
 
 from pipeline.core.errors import Ambiguous, Permanent
-from tests.integration.web.test_api_review import approve, tasks_of
-from tests.integration.web.test_ui import page, post, sign_in
+from testkit.pages import page, post, sign_in
+from testkit.webapp import approve, tasks_of
 
 
 def test_the_compare_page_shows_the_text_diff_and_what_each_media_became(app, tokens, api, work):
