@@ -113,7 +113,7 @@ class Api:
         """A content saved by an editor, made, approved by a reviewer: (the save's answer, the delivery manifest)."""
         created = self.create(n)
         work.until_idle()
-        approved = self.post(created["status_url"] + "/approve", role="reviewer")
+        approved = approve(self, created)
         assert approved.status_code == 200, approved.json
         return created, self.get(f"/api/contents/{created['content_id']}/delivery", role="reviewer").json
 
