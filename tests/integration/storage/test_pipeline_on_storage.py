@@ -16,9 +16,9 @@ import redis
 from pipeline import dispatch, runtime, settings, storage, versions
 from pipeline.core.records import idempotency_key
 from pipeline.reconcile import Reconciler
-from testkit.fakeprovider import Behaviour
-from testkit.helpers import ControlledExecutor, draft, make_settings, wait_until, work_burst
-from testkit.crashes import killed_after_the_result_receipt_is_recovered_from_it, save_one_block
+from testkit.crashes import (killed_after_the_result_receipt_is_recovered_from_it, save_one_block,
+                             worker_in_the_middle_of_an_image_call)
+from testkit.helpers import ControlledExecutor, draft, make_settings, work_burst
 from testkit.system import drain
 
 
@@ -43,10 +43,7 @@ def test_a_lesson_runs_through_real_workers_and_its_bundle_holds_the_stored_medi
 
 def test_the_intent_receipt_is_in_the_store_before_the_provider_is_called(system, fake, tmp_path):
     saved, (image, tts, bundle) = save_one_block(system)
-    fake.script(Behaviour("hold", seconds=30, endpoint="image"))
-    system.start_worker("image")
-    system.dispatch()
-    wait_until(lambda: fake.in_flight("image") == 1, message="the provider call in flight")
+    worker_in_the_middle_of_an_image_call(system, fake)
     # while the provider holds the call, the intent is already readable from the store
     found = storage.receipt_book(system.cfg).intent(image["id"], 1)
     assert found is not None and found.idempotency_key == idempotency_key(image["fingerprint"], image["id"])
