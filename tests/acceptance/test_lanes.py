@@ -49,6 +49,15 @@ def wait_in_flight(fake, endpoint: str, n: int, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def import_backlog(stack: DevStack, tmp_path) -> None:
+    """BACKLOG bulk lessons through `bin/import`, as an operator imports a file; the import must succeed."""
+    backlog = tmp_path / "backlog.jsonl"
+    backlog.write_text("".join(json.dumps(lesson(BLOCKS, f"bulk-{i}"), ensure_ascii=False) + "\n"
+                               for i in range(BACKLOG)))
+    imported = stack.run_import(backlog)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+
+
 def test_the_readme_stack_keeps_the_providers_busy_and_editors_first(database_url, redis_url, tmp_path):
     image, speech = fake_provider(IMAGE_SECONDS), fake_provider(SPEECH_SECONDS)
     stack = DevStack.start(database_url=database_url, redis_url=redis_url, media_dir=tmp_path / "media",
@@ -72,11 +81,7 @@ def test_the_readme_stack_keeps_the_providers_busy_and_editors_first(database_ur
         assert (image.max_in_flight("image"), speech.max_in_flight("audio")) == (LIMIT, LIMIT)
 
         # the same lesson, saved by an editor while 50 bulk lessons keep every image worker busy
-        backlog = tmp_path / "backlog.jsonl"
-        backlog.write_text("".join(json.dumps(lesson(BLOCKS, f"bulk-{i}"), ensure_ascii=False) + "\n"
-                                   for i in range(BACKLOG)))
-        imported = stack.run_import(backlog)
-        assert imported.returncode == 0, imported.stderr[-2000:]
+        import_backlog(stack, tmp_path)
         wait_in_flight(image, "image", LIMIT - 1)   # every slot the bulk lane may hold; one is held back
         started, body = stack.save(lesson(BLOCKS, "editor"))
         done = stack.wait_done(body["content_id"])
@@ -115,11 +120,7 @@ def test_an_editors_lesson_is_as_fast_while_a_bulk_import_waits_in_a_batch(datab
         started, body = stack.save(lesson(BLOCKS, "alone"))
         alone = stack.wait_done(body["content_id"])["ended"] - started
 
-        backlog = tmp_path / "backlog.jsonl"
-        backlog.write_text("".join(json.dumps(lesson(BLOCKS, f"bulk-{i}"), ensure_ascii=False) + "\n"
-                                   for i in range(BACKLOG)))
-        imported = stack.run_import(backlog)
-        assert imported.returncode == 0, imported.stderr[-2000:]
+        import_backlog(stack, tmp_path)
         deadline = time.monotonic() + 120
         while image.batch.created == 0:
             assert time.monotonic() < deadline, f"no batch was created\n{stack.tail()}"
