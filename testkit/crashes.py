@@ -19,6 +19,17 @@ def save_one_block(system: System):
     return saved, rows  # image, tts, bundle
 
 
+def one_block_through_real_workers(system: System):
+    """A one-block lesson saved and drained by a real worker on each queue; every task must succeed. Its task rows
+    as saved (image, tts, bundle) and as drained."""
+    saved, tasks = save_one_block(system)
+    for queue in ("image", "tts", "bundle"):
+        system.start_worker(queue)
+    rows = drain(system, saved.content_id)
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    return tasks, rows
+
+
 def worker_in_the_middle_of_an_image_call(system: System, fake):
     """A real image worker whose provider call the fake holds open until `fake.release()`."""
     fake.script(Behaviour("hold", seconds=30, endpoint="image"))

@@ -4,17 +4,14 @@ import signal
 
 from receipts.calls import ReceiptBook
 from testkit.helpers import wait_until
-from testkit.crashes import (key_of, killed_after_the_result_receipt_is_recovered_from_it, save_one_block,
+from testkit.crashes import (key_of, killed_after_the_result_receipt_is_recovered_from_it,
+                             one_block_through_real_workers, save_one_block,
                              worker_in_the_middle_of_an_image_call)
 from testkit.system import drain, kill
 
 
 def test_a_lesson_runs_through_real_worker_processes_with_one_call_per_task(system, fake):
-    saved, (image, tts, bundle) = save_one_block(system)
-    for queue in ("image", "tts", "bundle"):
-        system.start_worker(queue)
-    rows = drain(system, saved.content_id)
-    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    (image, tts, bundle), rows = one_block_through_real_workers(system)
     assert fake.calls_for(key_of(image)).executions == 1 and fake.calls_for(key_of(tts)).executions == 1
 
 

@@ -16,10 +16,10 @@ import redis
 from pipeline import dispatch, runtime, settings, storage, versions
 from pipeline.core.records import idempotency_key
 from pipeline.reconcile import Reconciler
-from testkit.crashes import (killed_after_the_result_receipt_is_recovered_from_it, save_one_block,
+from testkit.crashes import (killed_after_the_result_receipt_is_recovered_from_it,
+                             one_block_through_real_workers, save_one_block,
                              worker_in_the_middle_of_an_image_call)
 from testkit.helpers import ControlledExecutor, draft, make_settings, work_burst
-from testkit.system import drain
 
 
 def elsewhere(system, tmp_path) -> settings.Settings:
@@ -28,11 +28,7 @@ def elsewhere(system, tmp_path) -> settings.Settings:
 
 
 def test_a_lesson_runs_through_real_workers_and_its_bundle_holds_the_stored_media(system, fake):
-    saved, (image, tts, bundle) = save_one_block(system)
-    for queue in ("image", "tts", "bundle"):
-        system.start_worker(queue)
-    rows = drain(system, saved.content_id)
-    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    (image, tts, bundle), rows = one_block_through_real_workers(system)
     store = storage.media_store(system.cfg)
     archive = zipfile.ZipFile(io.BytesIO(store.read(rows[2]["asset_sha256"])))
     manifest = json.loads(archive.read("manifest.json"))
