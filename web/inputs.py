@@ -14,6 +14,7 @@ from typing import Any
 from flask import Flask, request, url_for
 from werkzeug.routing import BaseConverter
 
+from pipeline.core.content import UNSTORABLE
 from pipeline.core.errors import InvalidInput
 from web.errors import Problem
 
@@ -83,15 +84,10 @@ def depth(value: Any) -> int:
     return deepest
 
 
-def _unstorable(text: str) -> bool:
-    # PostgreSQL text cannot hold NUL, and a lone surrogate (legal in JSON escapes) is not UTF-8
-    return "\x00" in text or any("\ud800" <= ch <= "\udfff" for ch in text)
-
-
 def check_storable(value: Any, path: str = "") -> None:
     """Refuse strings the database cannot store, naming where they are, before any rule sees them."""
     if isinstance(value, str):
-        if _unstorable(value):
+        if UNSTORABLE.search(value):
             raise InvalidInput(f"{path or 'body'} holds a NUL character or an unpaired surrogate; remove it",
                                field=path or "body")
     elif isinstance(value, dict):

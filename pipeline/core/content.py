@@ -21,7 +21,8 @@ MAX_TEXT = 2000
 MAX_PROMPT = 1000
 MAX_TITLE = 200
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+# what PostgreSQL text cannot hold: NUL, and a lone surrogate (legal in a JSON escape, but not UTF-8)
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _LOCALE = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 LIMITS = {"blocks": MAX_BLOCKS, "text": MAX_TEXT, "image_prompt": MAX_PROMPT, "title": MAX_TITLE}
 
@@ -71,7 +72,7 @@ def _text(body: Mapping, name: str, limit: int, *, required: bool = True, where:
         return None
     if not isinstance(value, str):
         raise InvalidInput(f"{path} is required and must be a string", field=path)
-    if "\x00" in value or _SURROGATE.search(value):
+    if UNSTORABLE.search(value):
         raise InvalidInput(f"{path} holds a NUL byte or an unpaired surrogate, which text cannot store",
                            field=path)
     value = value.strip()
