@@ -262,11 +262,14 @@ def servers(*, statements: bool = False, keep: bool = False) -> Iterator[Stack]:
     """Fresh PostgreSQL (durable) and Valkey in a temporary directory; everything is stopped and removed after.
 
     `statements` loads pg_stat_statements (one restart). `keep` leaves the directory (logs) in place.
+    PostgreSQL is the embedded wheel's, or the installation whose programs BENCH_PG_BINDIR names (Debian's
+    PostgreSQL 15: /usr/lib/postgresql/15/bin), so a figure can be taken on the server a user runs.
     """
     _terminate_on_sigterm()
     base = Path(tempfile.mkdtemp(prefix="mediapipe-bench-"))
     base.chmod(0o755)  # PostgreSQL runs as another user when we are root
-    pg = Postgres(base / "pg", free_port(), durable=True)
+    bindir = os.environ.get("BENCH_PG_BINDIR")
+    pg = Postgres(base / "pg", free_port(), durable=True, bindir=Path(bindir) if bindir else None)
     vk = Valkey(base / "redis", free_port())
     stack = Stack(base, pg, vk, statements=statements)
     code = engine_digest()

@@ -88,12 +88,14 @@ def pg_counters(conn: psycopg.Connection) -> dict[str, float]:
     """Database-wide counters: transactions, xids assigned (= write transactions), WAL records, bytes, fsyncs."""
     conn.execute("SELECT pg_stat_force_next_flush()")
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute("""
+    fsyncs = ("(SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal')"
+              if conn.info.server_version >= 160000 else "(SELECT wal_sync FROM pg_stat_wal)")   # 15: no pg_stat_io
+    row = conn.execute(f"""
         SELECT (SELECT sum(xact_commit) FROM pg_stat_database) AS commits,
                (SELECT sum(xact_rollback) FROM pg_stat_database) AS rollbacks,
                (SELECT wal_records FROM pg_stat_wal) AS wal_records,
                (SELECT wal_bytes FROM pg_stat_wal) AS wal_bytes,
-               (SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal') AS wal_fsyncs,
+               {fsyncs} AS wal_fsyncs,
                pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid""").fetchone()
     return {k: float(v) for k, v in row.items()}
 

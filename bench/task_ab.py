@@ -5,14 +5,14 @@ Each checkout runs in a process of its own, on its own PostgreSQL and Valkey, an
 real job (the one its `pipeline.dispatch.JOB_FUNC` names, `pipeline.attempt.run_task` today) and executor
 with an instant in-process provider (bench/instant_worker.py), called directly: RQ's own loop, the same
 for both, is left out. The two take turns, one batch each, the order alternating from round to round, so
-both meet the same machine; the result is each one's median wall
-time and CPU per task and the median (and quartiles) of the per-round ratios, after / before. This machine's
-speed drifts by a factor of two within minutes, so a ratio is only worth something when both sides were
-measured together like this.
+both meet the same machine; the result is each one's median wall time, CPU and PostgreSQL's CPU per task and
+the median (and quartiles) of the per-round ratios, after / before. This machine's speed drifts by a factor of
+two within minutes, so a ratio is only worth something when both sides were measured together like this.
 
     .venv/bin/python bench/task_ab.py --before ../other-checkout [--after .] [--rounds 60] [--batch 30] [--per-message 1]
 
 `--per-message 8` gives the job eight task ids at a time, as a message does when its queue holds a backlog.
+With BENCH_PG_BINDIR (bench/common.py) both sides run on that PostgreSQL installation instead of the embedded one.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def serve(root: Path, tasks: int, per_message: int) -> None:
     """The child: fill one stack with lessons, then do `n` tasks for every line `n` read; print the cost of each batch."""
     sys.path.insert(0, str(root))
     from bench.common import draft, quiet_logs, servers
+    from bench.measure import tree_cpu
     with servers() as stack:
         os.environ.update(stack.env())
         from bench.instant_worker import install_engine_runtime
@@ -55,14 +56,16 @@ def serve(root: Path, tasks: int, per_message: int) -> None:
         with quiet_logs(stack.logs / "worker.log"):
             for line in sys.stdin:
                 batch = [next(ids) for _ in range(int(line))]
+                pg = tree_cpu(stack.postmaster_pid)
                 cpu, wall = time.process_time(), time.perf_counter()
                 for k in range(0, len(batch), per_message):
                     group = batch[k:k + per_message]
                     statuses = run_task(*group).split()
                     if statuses != ["succeeded"] * len(group):
                         raise SystemExit(f"tasks {group} ended {statuses}: the comparison would be unfair")
-                print(json.dumps({"cpu": (time.process_time() - cpu) / len(batch),
-                                  "wall": (time.perf_counter() - wall) / len(batch)}), flush=True)
+                done = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall,
+                        "pg": tree_cpu(stack.postmaster_pid) - pg}
+                print(json.dumps({what: seconds / len(batch) for what, seconds in done.items()}), flush=True)
 
 
 class Side:
@@ -124,10 +127,12 @@ def main(argv: list[str]) -> int:
           "RQ left out:")
     for side in sides:
         print(f"  {side.name} ({side.commit}): wall {statistics.median(b['wall'] for b in side.batches) * 1000:.2f} ms, "
-              f"CPU {statistics.median(b['cpu'] for b in side.batches) * 1000:.2f} ms per task (medians of rounds)")
-    for what in ("wall", "cpu"):
-        ratios = [a[what] / b[what] for a, b in zip(after.batches, before.batches)]
-        print(f"  after / before, {'wall time' if what == 'wall' else 'CPU of the process'}: {quartiles(ratios)}")
+              f"CPU {statistics.median(b['cpu'] for b in side.batches) * 1000:.2f} ms, "
+              f"PostgreSQL's CPU {statistics.median(b['pg'] for b in side.batches) * 1000:.2f} ms per task "
+              "(medians of rounds)")
+    for what, said in (("wall", "wall time"), ("cpu", "CPU of the process"), ("pg", "PostgreSQL's CPU")):
+        ratios = [a[what] / b[what] for a, b in zip(after.batches, before.batches) if b[what] > 0]   # CPU: in ticks
+        print(f"  after / before, {said}: {quartiles(ratios)}")
     return 0
 
 
