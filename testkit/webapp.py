@@ -113,34 +113,31 @@ class Api:
         """A content saved by an editor, made, approved by a reviewer: (the save's answer, the delivery manifest)."""
         created = self.create(n)
         work.until_idle()
-        approved = approve(self, created)
+        approved = self.approve(created)
         assert approved.status_code == 200, approved.json
-        return created, self.get(f"/api/contents/{created['content_id']}/delivery", role="reviewer").json
+        return created, self.delivery(created, role="reviewer").json
 
+    def tasks_of(self, created: dict) -> dict[str, dict]:
+        """The version's tasks by "kind:block"."""
+        body = self.get(created["status_url"]).json
+        return {f"{t['kind']}:{t['block'] or ''}": t for t in body["tasks"]}
 
-def tasks_of(api, created) -> dict[str, dict]:
-    """The version's tasks by "kind:block"."""
-    body = api.get(created["status_url"]).json
-    return {f"{t['kind']}:{t['block'] or ''}": t for t in body["tasks"]}
+    def approve(self, created: dict, role: str = "reviewer"):
+        return self.post(created["status_url"] + "/approve", role=role)
 
+    def delivery(self, created: dict, role: str = "editor"):
+        return self.get(f"/api/contents/{created['content_id']}/delivery", role=role)
 
-def approve(api, created, role="reviewer"):
-    return api.post(created["status_url"] + "/approve", role=role)
-
-
-def delivery(api, created):
-    return api.get(f"/api/contents/{created['content_id']}/delivery", role="editor")
-
-
-def scrape(api) -> dict[tuple[str, tuple], float]:
-    response = api.client.get("/metrics")
-    assert response.status_code == 200
-    assert response.headers["Content-Type"].startswith("text/plain; version=")
-    samples = {}
-    for family in text_string_to_metric_families(response.data.decode()):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
+    def scrape(self) -> dict[tuple[str, tuple], float]:
+        """/metrics as (name, labels) -> value, after checking it is Prometheus's text format."""
+        response = self.client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        samples = {}
+        for family in text_string_to_metric_families(response.data.decode()):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
 
 
 @pytest.fixture

@@ -48,10 +48,10 @@ def test_the_key_that_saved_a_version_may_not_approve_it(database_url, redis_url
     api = Api(app.test_client(), tokens)
     created = api.create(1, role="admin")
     work.until_idle()
-    refused = api.post(created["status_url"] + "/approve", role="admin")
+    refused = api.approve(created, role="admin")
     assert refused.status_code == 409 and refused.json["error"]["code"] == "self_approval"
     assert api.get(f"/api/contents/{created['content_id']}/delivery", role="reviewer").status_code == 409
-    assert api.post(created["status_url"] + "/approve", role="reviewer").status_code == 200
+    assert api.approve(created, role="reviewer").status_code == 200
 
 
 def test_self_approval_is_allowed_when_the_operator_says_so(database_url, redis_url, media_dir, tokens, work):
@@ -59,7 +59,7 @@ def test_self_approval_is_allowed_when_the_operator_says_so(database_url, redis_
     api = Api(app.test_client(), tokens)
     created = api.create(1, role="admin")
     work.until_idle()
-    assert api.post(created["status_url"] + "/approve", role="admin").status_code == 200
+    assert api.approve(created, role="admin").status_code == 200
 
 
 def test_an_idempotency_key_belongs_to_the_api_key_that_sent_it(api):

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pipeline.core.errors import Ambiguous, Permanent
 from pipeline import runtime
 from testkit.helpers import lesson
-from testkit.webapp import api_and_work, approve, delivery, tasks_of
+from testkit.webapp import api_and_work
 
 
 def test_approving_an_incomplete_version_is_409_listing_what_is_missing(api):
     created = api.create(1)
-    response = approve(api, created)
+    response = api.approve(created)
     assert response.status_code == 409
     error = response.json["error"]
     assert error["code"] == "version_incomplete" and "image of b1 is ready" in error["message"]
@@ -20,7 +20,7 @@ def test_approving_an_incomplete_version_is_409_listing_what_is_missing(api):
 def test_approving_a_complete_version_is_200_and_recorded(api, work, conn):
     created = api.create(1)
     work.until_idle()
-    response = approve(api, created)
+    response = api.approve(created)
     assert response.status_code == 200
     assert response.json["approved_by"] == "reviewer@example.com" and response.json["version"] == 1
     event = conn.execute("SELECT * FROM events WHERE action = 'approved'").fetchone()
@@ -38,26 +38,26 @@ def test_approving_a_version_older_than_the_approved_one_is_409(api, work):
     work.until_idle()
     second = api.put(created["content_url"], json={**lesson(1, prefix="二"), "base_version": 1}, role="editor").json
     work.until_idle()
-    assert approve(api, second).status_code == 200
-    response = approve(api, created)
+    assert api.approve(second).status_code == 200
+    response = api.approve(created)
     assert response.status_code == 409 and response.json["error"]["code"] == "older_than_approved"
 
 
 def test_delivery_before_approval_is_409_with_reasons(api, work):
     created = api.create(1)
-    response = delivery(api, created)
+    response = api.delivery(created)
     assert response.status_code == 409
     details = response.json["error"]["details"]
     assert details["reasons"] == ["not_approved", "pending"] and len(details["pending"]) == 3
     work.until_idle()
-    assert delivery(api, created).json["error"]["details"]["reasons"] == ["not_approved"]
+    assert api.delivery(created).json["error"]["details"]["reasons"] == ["not_approved"]
 
 
 def test_delivery_after_approval_is_the_manifest_with_signed_urls(api, work):
     created = api.create(2)
     work.until_idle()
-    approve(api, created)
-    response = delivery(api, created)
+    api.approve(created)
+    response = api.delivery(created)
     assert response.status_code == 200
     body = response.json
     assert body["version"] == 1 and [b["key"] for b in body["blocks"]] == ["b1", "b2"]
@@ -74,20 +74,20 @@ def test_delivery_after_approval_is_the_manifest_with_signed_urls(api, work):
 def test_the_approved_version_stays_delivered_while_a_newer_one_is_made(api, work):
     created = api.create(1)
     work.until_idle()
-    approve(api, created)
+    api.approve(created)
     api.put(created["content_url"], json={**lesson(1, prefix="二"), "base_version": 1}, role="editor")
-    response = delivery(api, created)
+    response = api.delivery(created)
     assert response.status_code == 200 and response.json["version"] == 1
 
 
 def test_delivery_lists_failed_and_unknown_tasks_of_the_approved_version(api, work, conn):
     created = api.create(1)
     work.until_idle()
-    approve(api, created)
+    api.approve(created)
     # given the approved version's bundle is later found unusable (only a broken store could do this)
-    bundle = tasks_of(api, created)["bundle:"]
+    bundle = api.tasks_of(created)["bundle:"]
     conn.execute("UPDATE tasks SET status = 'failed' WHERE id = %s", (bundle["id"],))
-    details = delivery(api, created).json["error"]["details"]
+    details = api.delivery(created).json["error"]["details"]
     assert details["reasons"] == ["failed"] and details["failed"] == [bundle["id"]]
 
 
@@ -97,10 +97,10 @@ def test_delivery_of_unknown_content_is_404(api):
 
 def test_retrying_a_failed_task_reopens_its_budget_and_runs_it_again(api, work, conn):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     work.executor.script[image["id"]] = [Permanent("refused")]
     work.until_idle()
-    failed = tasks_of(api, created)["image:b1"]
+    failed = api.tasks_of(created)["image:b1"]
     assert (failed["status"], failed["attempts"], failed["dead_letter"]) == ("failed", 1, "permanent error")
     # given the deadline already passed, a manual retry must still be able to run
     conn.execute("UPDATE tasks SET deadline_at = now() - interval '1 second' WHERE id = %s", (image["id"],))
@@ -113,14 +113,14 @@ def test_retrying_a_failed_task_reopens_its_budget_and_runs_it_again(api, work, 
     assert event["details"]["dead_letter"]["reason"] == "permanent error"
     assert conn.execute("SELECT count(*) AS n FROM dead_letters").fetchone()["n"] == 0
     work.until_idle()
-    done = tasks_of(api, created)
+    done = api.tasks_of(created)
     assert (done["image:b1"]["status"], done["image:b1"]["attempts"]) == ("succeeded", 2)
     assert done["bundle:"]["status"] == "succeeded"
 
 
 def test_retrying_an_unknown_task_without_accepting_the_risk_is_409_explaining_it(api, work, conn):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     work.executor.script[image["id"]] = [Ambiguous("read timeout after send")]
     work.until_idle()
     for body in (None, {}, {"accept_duplicate_risk": False}):
@@ -128,12 +128,12 @@ def test_retrying_an_unknown_task_without_accepting_the_risk_is_409_explaining_i
         assert response.status_code == 409
         assert response.json["error"]["code"] == "duplicate_risk"
         assert "charged" in response.json["error"]["message"]
-    assert tasks_of(api, created)["image:b1"]["status"] == "unknown"
+    assert api.tasks_of(created)["image:b1"]["status"] == "unknown"
 
 
 def test_retrying_an_unknown_task_accepting_the_risk_is_recorded_with_who(api, work, conn):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     work.executor.script[image["id"]] = [Ambiguous("read timeout after send")]
     work.until_idle()
     # the ledger as the provider executor writes it: the lost call may have been charged
@@ -156,7 +156,7 @@ def test_retrying_an_unknown_task_accepting_the_risk_is_recorded_with_who(api, w
 
 def test_retrying_a_task_that_is_neither_failed_nor_unknown_is_409(api, work):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     assert api.post(f"/api/tasks/{image['id']}/retry", role="editor").status_code == 409
     work.until_idle()
     response = api.post(f"/api/tasks/{image['id']}/retry", role="editor")
@@ -165,7 +165,7 @@ def test_retrying_a_task_that_is_neither_failed_nor_unknown_is_409(api, work):
 
 def test_retrying_a_failed_task_of_an_old_version_is_409(api, work):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     work.executor.script[image["id"]] = [Permanent("refused")]
     work.until_idle()
     api.put(created["content_url"], json={**lesson(1, prefix="二"), "base_version": 1}, role="editor")
@@ -181,7 +181,7 @@ def test_retry_of_an_unknown_task_id_is_404_and_a_non_boolean_flag_is_422(api):
 
 def test_resolving_an_unknown_task_as_failed_is_recorded_with_the_note(api, work, conn):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     work.executor.script[image["id"]] = [Ambiguous("connection lost after send")]
     work.until_idle()
     response = api.post(f"/api/tasks/{image['id']}/resolve", role="editor",
@@ -196,7 +196,7 @@ def test_resolving_an_unknown_task_as_failed_is_recorded_with_the_note(api, work
 
 def test_resolving_needs_outcome_failed_and_a_note(api, work):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     url = f"/api/tasks/{image['id']}/resolve"
     for body, field in (({"outcome": "succeeded", "note": "x"}, "outcome"), ({"outcome": "failed"}, "note"),
                         ({"outcome": "failed", "note": "n" * 2001}, "note")):
@@ -213,7 +213,7 @@ def test_cancelling_a_version_cancels_its_waiting_tasks(api, conn):
     response = api.post(created["status_url"] + "/cancel", role="editor")
     assert response.status_code == 202
     assert response.json["cancelled_now"] == 3 and response.headers["Location"] == created["status_url"]
-    assert {t["status"] for t in tasks_of(api, created).values()} == {"cancelled"}
+    assert {t["status"] for t in api.tasks_of(created).values()} == {"cancelled"}
     assert conn.execute("SELECT cancel_requested_by FROM versions").fetchone()["cancel_requested_by"] == \
         "editor@example.com"
 
@@ -224,7 +224,7 @@ def test_cancelling_an_unknown_version_is_404(api):
 
 def test_cancelling_a_finished_version_is_409_and_keeps_its_failed_tasks_retryable(api, work):
     created = api.create(1)
-    tasks = tasks_of(api, created)
+    tasks = api.tasks_of(created)
     work.executor.script[tasks["image:b1"]["id"]] = [Permanent("refused")]
     work.until_idle()
     assert api.get(created["status_url"]).json["status"] == "failed"
@@ -251,7 +251,7 @@ def test_a_manual_retry_over_capacity_is_503_and_changes_nothing(database_url, r
     # given: room for four pending tasks; a failed image whose bundle waits, and another lesson queued
     api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, MAX_PENDING_TASKS="4")
     first = api.create(1)
-    image = tasks_of(api, first)["image:b1"]["id"]
+    image = api.tasks_of(first)["image:b1"]["id"]
     work.executor.script[image] = [Permanent("refused")]
     work.until_idle()
     api.create(1)   # three more pending: four in all, the limit

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 from pipeline import runtime
 from pipeline.core.errors import Ambiguous, Permanent
 from testkit.helpers import lesson
-from testkit.webapp import Api, api_and_work, approve, delivery, make_app, tasks_of
+from testkit.webapp import Api, api_and_work, make_app
 
 
 def edit(api, created, base: int, blocks: list[dict], **extra):
@@ -68,7 +68,7 @@ def test_comparing_an_unknown_version_is_404_and_a_bad_number_is_422(api):
 def test_regenerating_an_image_needs_consent_then_makes_a_new_call_in_a_new_version(api, work, conn):
     created = api.create(2)
     work.until_idle()
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     url = f"/api/tasks/{image['id']}/regenerate"
     # without consent: 409, nothing saved
     refused = api.post(url, role="editor", json={"reason": "wrong season"})
@@ -81,7 +81,7 @@ def test_regenerating_an_image_needs_consent_then_makes_a_new_call_in_a_new_vers
     assert response.status_code == 202, response.json
     assert response.json["version"] == 2 and response.json["replaced_sha256"] == image["sha256"]
     work.until_idle()
-    new = tasks_of(api, {"status_url": response.json["status_url"]})
+    new = api.tasks_of({"status_url": response.json["status_url"]})
     # then: exactly the regenerated image was called for again; everything else was reused
     assert work.executor.calls[calls_before:].count(new["image:b1"]["id"]) == 1
     assert new["image:b1"]["id"] not in [e for e in work.executor.calls[:calls_before]]
@@ -102,26 +102,26 @@ def test_regenerating_an_image_needs_consent_then_makes_a_new_call_in_a_new_vers
 def test_a_later_edit_of_another_block_keeps_the_regenerated_picture(api, work):
     created = api.create(2)
     work.until_idle()
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     regenerated = api.post(f"/api/tasks/{image['id']}/regenerate", role="editor",
                            json={"accept_new_charge": True, "reason": "too dark"}).json
     work.until_idle()
-    fresh = tasks_of(api, {"status_url": regenerated["status_url"]})["image:b1"]["sha256"]
+    fresh = api.tasks_of({"status_url": regenerated["status_url"]})["image:b1"]["sha256"]
     # when: the editor changes block b2 only, as the editor sends it (no regeneration mark)
     third = edit(api, created, 2, [{"key": "b1", "text": "第1段：我们在学校学习。"}, {"key": "b2", "text": "改了。"}])
     work.until_idle()
     # then: b1's picture is the regenerated one, not the one the editor rejected
-    assert tasks_of(api, {"status_url": third["status_url"]})["image:b1"]["sha256"] == fresh != image["sha256"]
+    assert api.tasks_of({"status_url": third["status_url"]})["image:b1"]["sha256"] == fresh != image["sha256"]
 
 
 def test_regenerating_what_did_not_succeed_or_is_not_current_is_409(api, work):
     created = api.create(1)
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     body = {"accept_new_charge": True, "reason": "x"}
     assert api.post(f"/api/tasks/{image['id']}/regenerate", role="editor", json=body).json["error"]["code"] == \
         "not_regenerable"
     work.until_idle()
-    bundle = tasks_of(api, created)["bundle:"]
+    bundle = api.tasks_of(created)["bundle:"]
     assert api.post(f"/api/tasks/{bundle['id']}/regenerate", role="editor", json=body).status_code == 409
     edit(api, created, 1, [{"key": "b1", "text": "另一段。"}])
     response = api.post(f"/api/tasks/{image['id']}/regenerate", role="editor", json=body)
@@ -135,7 +135,7 @@ def test_a_regeneration_over_capacity_is_503_and_writes_nothing(database_url, re
     first = api.create(1)
     work.until_idle()
     api.create(1)   # three pending of four
-    image = tasks_of(api, first)["image:b1"]
+    image = api.tasks_of(first)["image:b1"]
     response = api.post(f"/api/tasks/{image['id']}/regenerate", role="editor",
                         json={"accept_new_charge": True, "reason": "again"})
     assert response.status_code == 503 and int(response.headers["Retry-After"]) >= 1
@@ -153,16 +153,16 @@ def test_a_regenerated_call_books_against_the_budget_and_pauses_when_it_would_pa
     work.until_idle()
     body = {"accept_new_charge": True, "reason": "again"}
     # when: a first regeneration fits the budget, a second would pass it
-    first = api.post(f"/api/tasks/{tasks_of(api, created)['image:b1']['id']}/regenerate", role="editor", json=body)
+    first = api.post(f"/api/tasks/{api.tasks_of(created)['image:b1']['id']}/regenerate", role="editor", json=body)
     assert first.status_code == 202 and first.json["estimated_cost"] == 1.0
     work.until_idle()
-    second_image = tasks_of(api, {"status_url": first.json["status_url"]})["image:b1"]
+    second_image = api.tasks_of({"status_url": first.json["status_url"]})["image:b1"]
     assert second_image["status"] == "succeeded"
     second = api.post(f"/api/tasks/{second_image['id']}/regenerate", role="editor", json=body)
     assert second.status_code == 202
     work.until_idle()
     # then: the third call is not made; its task waits for the budget, and the content spent exactly 2
-    third = tasks_of(api, {"status_url": second.json["status_url"]})["image:b1"]
+    third = api.tasks_of({"status_url": second.json["status_url"]})["image:b1"]
     assert (third["status"], third["waiting_for"]) == ("retry", "budget")
     assert float(conn.execute("SELECT spent FROM content_spend").fetchone()["spent"]) == 2.0
     runtime.install(None)
@@ -188,7 +188,7 @@ def test_a_reviewer_rejects_or_asks_for_changes_with_a_note_recorded_on_the_vers
     assert api.post(f"/api/contents/{created['content_id']}/versions/5/reject", role="reviewer",
                     json={"note": "x"}).status_code == 404
     # a rejected version may still be approved later, once it convinces
-    assert approve(api, created).status_code == 200
+    assert api.approve(created).status_code == 200
     response = api.post(created["status_url"] + "/reject", role="reviewer", json={"note": "changed my mind"})
     assert response.status_code == 409 and response.json["error"]["code"] == "version_approved"
 
@@ -196,11 +196,11 @@ def test_a_reviewer_rejects_or_asks_for_changes_with_a_note_recorded_on_the_vers
 def test_withdrawing_an_approval_makes_delivery_answer_409_with_the_reason(api, work, conn):
     created = api.create(1)
     work.until_idle()
-    approve(api, created)
-    assert delivery(api, created).status_code == 200
+    api.approve(created)
+    assert api.delivery(created).status_code == 200
     response = api.post(created["status_url"] + "/withdraw", role="reviewer", json={"note": "licence expired"})
     assert response.status_code == 200 and response.json["withdrawn_by"] == "reviewer@example.com"
-    answer = delivery(api, created)
+    answer = api.delivery(created)
     assert answer.status_code == 409
     error = answer.json["error"]
     assert error["code"] == "not_deliverable" and "licence expired" in error["message"]
@@ -213,14 +213,14 @@ def test_withdrawing_an_approval_makes_delivery_answer_409_with_the_reason(api, 
     again = api.post(created["status_url"] + "/withdraw", role="reviewer", json={"note": "x"})
     assert again.status_code == 409 and again.json["error"]["code"] == "not_approved"
     # approving again delivers again, with a fresh stamp
-    assert approve(api, created).status_code == 200 and delivery(api, created).status_code == 200
+    assert api.approve(created).status_code == 200 and api.delivery(created).status_code == 200
 
 
 # --- attention -------------------------------------------------------------------------------
 
 def failed_and_unknown(api, work) -> tuple[dict, dict, dict]:
     created = api.create(2)
-    tasks = tasks_of(api, created)
+    tasks = api.tasks_of(created)
     work.executor.script[tasks["image:b1"]["id"]] = [Permanent("refused")]
     work.executor.script[tasks["image:b2"]["id"]] = [Ambiguous("lost")]
     work.until_idle()
@@ -230,10 +230,10 @@ def failed_and_unknown(api, work) -> tuple[dict, dict, dict]:
 def test_the_attention_list_shows_what_needs_a_person_across_contents_with_what_each_allows(api, work, conn):
     created, failed, unknown = failed_and_unknown(api, work)
     other = api.create(1)   # nothing wrong with this one, until a budget pauses it
-    paused = tasks_of(api, other)["tts:b1"]
+    paused = api.tasks_of(other)["tts:b1"]
     conn.execute("UPDATE tasks SET status = 'retry', waiting_for = 'budget', last_error = 'busy (BudgetReached: "
                  "paused: daily budget reached)' WHERE id = %s", (paused["id"],))
-    stuck = tasks_of(api, other)["image:b1"]
+    stuck = api.tasks_of(other)["image:b1"]
     conn.execute("UPDATE tasks SET deadline_at = now() - interval '1 minute' WHERE id = %s", (stuck["id"],))
     doc = api.get("/api/attention").json
     rows = {r["id"]: r for r in doc["items"]}
@@ -258,7 +258,7 @@ def test_bulk_retry_reopens_failed_tasks_and_never_an_unknown_one(api, work, con
     assert response.status_code == 200
     assert response.json["done"] == [failed["id"]]
     assert [(r["task_id"], r["code"]) for r in response.json["refused"]] == [(unknown["id"], "needs_consent")]
-    statuses = {t["id"]: t["status"] for t in tasks_of(api, created).values()}
+    statuses = {t["id"]: t["status"] for t in api.tasks_of(created).values()}
     assert statuses[unknown["id"]] == "unknown" and statuses[failed["id"]] in ("ready", "running", "succeeded")
     assert conn.execute("SELECT count(*) AS n FROM events WHERE action = 'duplicate_risk_accepted'").fetchone()["n"] == 0
     assert api.post("/api/attention/retry", role="editor", json={"task_ids": []}).status_code == 422
@@ -271,14 +271,14 @@ def test_bulk_resolve_closes_unknown_tasks_as_failed_with_one_note(api, work, co
                         json={"task_ids": [unknown["id"], failed["id"]], "note": "dashboard shows nothing"})
     assert response.status_code == 200 and response.json["done"] == [unknown["id"]]
     assert response.json["refused"][0]["task_id"] == failed["id"]
-    assert tasks_of(api, created)["image:b2"]["status"] == "failed"
+    assert api.tasks_of(created)["image:b2"]["status"] == "failed"
     assert api.post("/api/attention/resolve", role="editor", json={"task_ids": [unknown["id"]]}).status_code == 422
 
 
 def test_a_bulk_retry_over_capacity_is_503_and_retries_none(database_url, redis_url, tmp_path, tokens, conn):
     api, work = api_and_work(database_url, redis_url, tmp_path / "media", tokens, MAX_PENDING_TASKS="6")
     created = api.create(2)
-    tasks = tasks_of(api, created)
+    tasks = api.tasks_of(created)
     for key in ("image:b1", "image:b2", "tts:b1"):
         work.executor.script[tasks[key]["id"]] = [Permanent("refused")]
     work.until_idle()
@@ -308,8 +308,8 @@ def test_the_contents_list_searches_titles_and_text_and_pages(api):
 def test_the_bundle_downloads_as_title_and_version_in_safe_characters(api, work):
     created = api.post("/api/contents", json=lesson(1, title="校园生活: 第1课/复习"), role="editor").json
     work.until_idle()
-    approve(api, created)
-    bundle = delivery(api, created).json["bundle"]
+    api.approve(created)
+    bundle = api.delivery(created).json["bundle"]
     assert bundle["file_name"] == "校园生活-第1课-复习-v1.zip"
     answer = api.client.get(bundle["url"])
     assert answer.status_code == 200

@@ -66,7 +66,7 @@ def test_a_withdrawn_approval_ends_its_links_at_once(app, api, delivered):
         gone = app.test_client().get(url)
         assert gone.status_code == 410 and gone.json["error"]["code"] == "link_withdrawn"
     # approved again, the same link serves again: it names the version, and that version is approved
-    assert api.post(created["status_url"] + "/approve", role="reviewer").status_code == 200
+    assert api.approve(created, role="reviewer").status_code == 200
     assert app.test_client().get(delivered["url"]).status_code == 200
 
 
@@ -77,7 +77,7 @@ def test_a_newer_approved_version_ends_the_older_versions_links(app, api, work, 
     second = api.put(created["content_url"], role="editor", json={
         "title": content["title"], "locale": content["locale"], "blocks": blocks, "base_version": 1}).json
     work.until_idle()
-    assert api.post(second["status_url"] + "/approve", role="reviewer").status_code == 200
+    assert api.approve(second, role="reviewer").status_code == 200
     gone = app.test_client().get(delivered["url"])
     assert gone.status_code == 410 and "version 1" in gone.json["error"]["message"]
 

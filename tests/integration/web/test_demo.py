@@ -101,7 +101,7 @@ def test_the_seed_job_then_an_edit_shows_the_retry_the_reuse_and_the_new_deliver
     assert all(t["attempts"] == 1 for key, t in tasks.items() if key != ("image", "s1"))
     assert api.get(first["asset_url"]).mimetype == "image/webp"
     assert api.get(tasks[("tts", "s1")]["asset_url"]).mimetype == "audio/wav"
-    assert api.post(created["status_url"] + "/approve", role="reviewer").status_code == 200
+    assert api.approve(created, role="reviewer").status_code == 200
     # when an editor changes one block and saves on top of version 1
     content = api.get(created["content_url"]).json
     blocks = [dict(b) for b in content["blocks"]]
@@ -114,7 +114,7 @@ def test_the_seed_job_then_an_edit_shows_the_retry_the_reuse_and_the_new_deliver
     reused = {key for key, t in tasks.items() if any(e["action"] == "reused" for e in t["events"])}
     assert reused == {(kind, f"s{i}") for kind in ("image", "tts") for i in (1, 3, 4)}
     assert api.get(f"/api/contents/{created['content_id']}/delivery").json["version"] == 1
-    assert api.post(second["status_url"] + "/approve", role="reviewer").status_code == 200
+    assert api.approve(second, role="reviewer").status_code == 200
     assert api.get(f"/api/contents/{created['content_id']}/delivery").json["version"] == 2
 
 

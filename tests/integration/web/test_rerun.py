@@ -9,20 +9,15 @@ from datetime import datetime, timedelta, timezone
 from pipeline import runtime
 from pipeline.core.errors import Permanent
 from testkit.pages import Forms, page, post, sign_in
-from testkit.webapp import api_and_work, scrape
-
-
-def tasks_of(api, created) -> dict[str, dict]:
-    body = api.get(created["status_url"]).json
-    return {f"{t['kind']}:{t['block'] or ''}": t for t in body["tasks"]}
+from testkit.webapp import api_and_work
 
 
 def failed_image(api, work, created) -> int:
     """The lesson's image, refused by the provider: failed with a dead letter."""
-    image = tasks_of(api, created)["image:b1"]["id"]
+    image = api.tasks_of(created)["image:b1"]["id"]
     work.executor.script[image] = [Permanent("refused")]
     work.until_idle()
-    assert tasks_of(api, created)["image:b1"]["status"] == "failed"
+    assert api.tasks_of(created)["image:b1"]["status"] == "failed"
     return image
 
 
@@ -64,13 +59,13 @@ def test_a_rerun_is_a_new_run_pointing_at_the_kept_dead_letter_with_who_and_why(
     assert [(r["run"], r["first_attempt"]) for r in runs] == [(1, 1), (2, 2)]
     assert runs[0]["dead_letter"]["id"] == letter["id"] and runs[1]["rerun"]["rerun_of"] == letter["id"]
     assert runs[1]["dead_letter"] is None
-    assert tasks_of(api, created)["bundle:"]["status"] == "succeeded"
+    assert api.tasks_of(created)["bundle:"]["status"] == "succeeded"
 
 
 def test_a_rerun_past_the_deadline_needs_an_explicit_extension_which_is_recorded(api, work, conn):
     created = api.create(1)
     image = failed_image(api, work, created)
-    bundle = tasks_of(api, created)["bundle:"]["id"]
+    bundle = api.tasks_of(created)["bundle:"]["id"]
     conn.execute("UPDATE tasks SET deadline_at = now() - interval '1 second' WHERE id IN (%s, %s)", (image, bundle))
     before = conn.execute("SELECT * FROM tasks WHERE id = %s", (image,)).fetchone()
     # without an extension: refused, nothing changed
@@ -95,7 +90,7 @@ def test_a_rerun_past_the_deadline_needs_an_explicit_extension_which_is_recorded
     event = conn.execute("SELECT details FROM events WHERE action = 'dead_letter_replayed'").fetchone()["details"]
     assert event["deadline_extended"] is True and event["dependents_extended"] == [bundle]
     work.until_idle()
-    assert tasks_of(api, created)["bundle:"]["status"] == "succeeded"
+    assert api.tasks_of(created)["bundle:"]["status"] == "succeeded"
 
 
 def test_a_task_failing_again_after_a_rerun_gets_a_new_dead_letter_and_its_page_shows_the_chain(
@@ -108,7 +103,7 @@ def test_a_task_failing_again_after_a_rerun_gets_a_new_dead_letter_and_its_page_
     letters = conn.execute("SELECT * FROM dead_letters WHERE task_id = %s ORDER BY id", (image,)).fetchall()
     assert [(l["replayed_by"] is not None) for l in letters] == [True, False]   # one kept, one open
     # only the open one waits for a person: the rerun one is history, not counted again
-    assert scrape(api)[("mediapipe_dead_letters", (("reason", "permanent error"),))] == 1
+    assert api.scrape()[("mediapipe_dead_letters", (("reason", "permanent error"),))] == 1
     # a second rerun, from the task page's form
     client = app.test_client()
     csrf = sign_in(client, tokens["editor"])
@@ -155,7 +150,7 @@ def test_a_rerun_over_capacity_is_503_and_changes_nothing(database_url, redis_ur
 def test_reruns_that_cannot_be_made_are_refused_with_a_clear_code(api, work, conn):
     created = api.create(1)
     image = failed_image(api, work, created)
-    tts = tasks_of(api, created)["tts:b1"]["id"]
+    tts = api.tasks_of(created)["tts:b1"]["id"]
     assert rerun(api, image).status_code == 422                                    # no why
     assert rerun(api, image, why=" ").json["error"]["field"] == "why"
     for bad in (0, -5, 604801, "3600", True, 1.5):

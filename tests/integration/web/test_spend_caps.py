@@ -22,10 +22,6 @@ def count(conn, table: str) -> int:
     return conn.execute(f"SELECT count(*) AS n FROM {table}").fetchone()["n"]
 
 
-def tasks_of(api, created) -> dict:
-    return {f"{t['kind']}:{t['block']}": t for t in api.get(created["status_url"]).json["tasks"]}
-
-
 @pytest.fixture
 def capped(database_url, redis_url, media_dir, tokens):
     return api_and_work(database_url, redis_url, media_dir, tokens, KEY_DAILY_SPEND="0.35", **COSTS)
@@ -59,22 +55,22 @@ def test_inputs_with_stored_media_cost_nothing(capped, conn):
 def test_retries_reruns_and_bulk_retries_book_too(database_url, redis_url, media_dir, tokens, conn):
     api, work = api_and_work(database_url, redis_url, media_dir, tokens, KEY_DAILY_SPEND="0.30", **COSTS)
     created = api.post("/api/contents", json=lesson(3, prefix="r"), role="editor").json   # 0.15 booked
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     work.executor.script[image["id"]] = [Permanent("refused")] * 10
     work.until_idle()
-    assert tasks_of(api, created)["image:b1"]["status"] == "failed"
+    assert api.tasks_of(created)["image:b1"]["status"] == "failed"
     # each retry of the failed image books 0.04: three fit under the limit with the save's 0.15, the fourth not
     for _ in range(3):
         assert api.post(f"/api/tasks/{image['id']}/retry", role="editor").status_code == 202
         work.until_idle()
     refused = api.post(f"/api/tasks/{image['id']}/retry", role="editor")
     assert refused.status_code == 429 and refused.json["error"]["code"] == "key_limit_reached"
-    assert tasks_of(api, created)["image:b1"]["status"] == "failed"            # the refused retry changed nothing
+    assert api.tasks_of(created)["image:b1"]["status"] == "failed"            # the refused retry changed nothing
     bulk = api.post("/api/attention/retry", role="editor", json={"task_ids": [image["id"]]})
     assert bulk.status_code == 429
     rerun = api.post(f"/api/tasks/{image['id']}/rerun", role="editor", json={"why": "provider fixed"})
     assert rerun.status_code == 429
-    assert tasks_of(api, created)["image:b1"]["status"] == "failed"
+    assert api.tasks_of(created)["image:b1"]["status"] == "failed"
 
 
 def test_revoking_a_key_can_cancel_its_unstarted_work_for_a_person_to_see(capped, conn, database_url):

@@ -96,7 +96,7 @@ def test_the_contents_list_shows_versions_and_a_progress_bar(browser, api, work)
     client, _ = browser
     created = api.create(1)
     work.until_idle()
-    api.post(created["status_url"] + "/approve", role="reviewer")
+    api.approve(created, role="reviewer")
     html = page(client, "/")
     assert "校园生活" in html and 'class="progress"' in html and "3/3 done" in html
     assert f'/contents/{created["content_id"]}/delivery">v1' in html

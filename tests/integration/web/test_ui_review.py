@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pipeline.core.errors import Ambiguous, Permanent
 from testkit.pages import page, post, sign_in
-from testkit.webapp import approve, tasks_of
 
 
 def test_the_compare_page_shows_the_text_diff_and_what_each_media_became(app, tokens, api, work):
@@ -29,7 +28,7 @@ def test_regenerating_from_the_board_asks_for_a_reason_and_consent_then_opens_th
                                                                                                conn):
     created = api.create(1)
     work.until_idle()
-    image = tasks_of(api, created)["image:b1"]
+    image = api.tasks_of(created)["image:b1"]
     client = app.test_client()
     csrf = sign_in(client, tokens["editor"])
     board = page(client, created["board_url"])
@@ -57,7 +56,7 @@ def test_a_reviewer_records_a_decision_and_withdraws_an_approval_from_the_board(
                 decision="changes_requested", note="shorter, please").status_code == 303
     html = page(client, created["board_url"])
     assert 'data-review="changes_requested"' in html and "shorter, please" in html
-    approve(api, created)
+    api.approve(created)
     html = page(client, created["board_url"])
     assert 'value="withdraw"' in html and 'value="rejected"' not in html
     post(client, csrf, created["board_url"].replace("/versions/1", "/versions/1/decide"), decision="withdraw",
@@ -75,7 +74,7 @@ def test_a_reviewer_records_a_decision_and_withdraws_an_approval_from_the_board(
 
 def test_the_attention_page_lists_problems_and_retries_only_failed_tasks_in_bulk(app, tokens, api, work):
     created = api.create(2)
-    tasks = tasks_of(api, created)
+    tasks = api.tasks_of(created)
     failed, unknown = tasks["image:b1"], tasks["image:b2"]
     work.executor.script[failed["id"]] = [Permanent("refused")]
     work.executor.script[unknown["id"]] = [Ambiguous("lost")]
@@ -89,7 +88,7 @@ def test_the_attention_page_lists_problems_and_retries_only_failed_tasks_in_bulk
     response = client.post("/attention", data={"csrf_token": csrf, "action": "retry",
                                                "task_id": [str(failed["id"]), str(unknown["id"])]})
     assert response.status_code == 303
-    statuses = {t["id"]: t["status"] for t in tasks_of(api, created).values()}
+    statuses = {t["id"]: t["status"] for t in api.tasks_of(created).values()}
     assert statuses[unknown["id"]] == "unknown" and statuses[failed["id"]] != "failed"
     assert "1 tasks changed; 1 left as they were" in page(client, "/attention")
 
