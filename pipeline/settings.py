@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from pipeline.core.errors import ConfigError
 from pipeline.core import prices
+from providers import openai_models as catalogue
 from providers.registry import ProviderConfig
 from providers.urls import UnsafeBaseURL, check_scheme
 
@@ -72,9 +74,9 @@ class ProviderSettings:
 # Each backend's own model, size and voice, used when the setting is empty.
 BACKEND_DEFAULTS = {
     ("IMAGE", "local"): {"model": "local-card-v1", "size": "1024x1024"},
-    ("IMAGE", "openai"): {"model": "gpt-image-1", "size": "1024x1024"},
+    ("IMAGE", "openai"): {"model": catalogue.CURRENT_IMAGE, "size": "1024x1024"},
     ("TTS", "local"): {"model": "espeak-ng-1.52"},
-    ("TTS", "openai"): {"model": "gpt-4o-mini-tts", "voice": "alloy"},
+    ("TTS", "openai"): {"model": catalogue.CURRENT_SPEECH, "voice": "alloy"},
 }
 # Options a provider kind takes, each with the values it accepts (None: any text).
 PROVIDER_OPTIONS = {
@@ -264,7 +266,7 @@ def _text(raw: str) -> str:
     return raw
 
 
-def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) -> ProviderSettings:
+def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings, today: date) -> ProviderSettings:
     spec = {
         "backend": ("PROVIDER", _choice(f"{prefix}_PROVIDER", ("local", "openai"))),
         "base_url": ("BASE_URL", _base_url(f"{prefix}_BASE_URL")),
@@ -296,6 +298,8 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
         raise ConfigError(f"{prefix}_INTERACTIVE_SLOTS={result.reserved_slots} leaves the bulk lane no call slot of "
                           f"{prefix}_MAX_CONCURRENCY={result.max_concurrency}: it must be smaller (0: bulk may take "
                           f"every slot)")
+    if result.backend == "openai":
+        _check_model(prefix, result, today)
     if result.backend == "openai" and not (result.base_url and result.api_key):
         raise ConfigError(f"{prefix}_PROVIDER=openai needs {prefix}_BASE_URL (such as https://api.openai.com/v1) "
                           f"and {prefix}_API_KEY")
@@ -308,6 +312,34 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings) ->
                           f"(the price table has no {result.model!r}): set {prefix}_COST_PER_CALL, in the "
                           f"budget's unit")
     return result
+
+
+def _check_model(prefix: str, p: ProviderSettings, today: date) -> None:
+    """ConfigError when the catalogue (providers/openai_models.py) says the configured model is shut down, or
+    does not take the configured size or options. A model the catalogue does not know (a compatible server's
+    own) is taken as it is."""
+    options = dict(p.options)
+    row = catalogue.image_model(p.model) if prefix == "IMAGE" else catalogue.speech_model(p.model)
+    if row is None:
+        return
+    if catalogue.is_shut_down(row, today):
+        raise ConfigError(catalogue.gone_message(f"{prefix}_MODEL", row) + f"; set {prefix}_MODEL to a live model")
+    if prefix == "TTS":
+        if options.get("instructions") and not row.instructions:
+            raise ConfigError(f"TTS_INSTRUCTIONS: {row.name} does not take instructions; unset it, or choose "
+                              f"TTS_MODEL={catalogue.CURRENT_SPEECH}")
+        return
+    why = catalogue.size_refusal(row, p.size)
+    if why:
+        raise ConfigError(f"IMAGE_SIZE={p.size!r} is not taken by IMAGE_MODEL={row.name!r}: {why}")
+    for option, allowed in (("quality", row.qualities), ("output_format", row.output_formats),
+                            ("background", row.backgrounds)):
+        if option in options and options[option] not in allowed:
+            raise ConfigError(f"IMAGE_{option.upper()}={options[option]!r} is not taken by {row.name}; expected "
+                              f"one of: {', '.join(allowed) or '(none: unset it)'}")
+    if options.get("background") == "transparent" and options.get("output_format", "png") == "jpeg":
+        raise ConfigError("IMAGE_BACKGROUND=transparent needs IMAGE_OUTPUT_FORMAT png or webp (a JPEG has no "
+                          "transparency)")
 
 
 def _table_price(prefix: str, values: dict) -> float:
@@ -404,9 +436,11 @@ def _prefix(raw: str) -> str:
     return raw
 
 
-def load(env: Mapping[str, str] | None = None) -> Settings:
-    """Build the settings from `env` (default: the process environment)."""
+def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> Settings:
+    """Build the settings from `env` (default: the process environment); `today` (default: the UTC date) decides
+    which models the catalogue calls shut down."""
     env = os.environ if env is None else env
+    today = datetime.now(timezone.utc).date() if today is None else today
     spec = {
         "database_url": ("DATABASE_URL", _url("DATABASE_URL", ("postgresql", "postgres"))),
         "database_session_url": ("DATABASE_SESSION_URL", _url("DATABASE_SESSION_URL", ("postgresql", "postgres"))),
@@ -464,8 +498,8 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
     }
     values = _read(env, spec)
     base = Settings()
-    values["image"] = _provider(env, "IMAGE", base.image)
-    values["tts"] = _provider(env, "TTS", base.tts)
+    values["image"] = _provider(env, "IMAGE", base.image, today)
+    values["tts"] = _provider(env, "TTS", base.tts, today)
     if "attempt_ceiling_seconds" not in values:   # long enough for the slowest call the providers allow
         values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
     values["storage"] = _storage(env)

@@ -15,6 +15,7 @@ import requests
 
 from .base import KINDS, Provider
 from .errors import Permanent, ProviderConfigError
+from .openai_models import CURRENT_IMAGE, CURRENT_SPEECH
 from .urls import UnsafeBaseURL, check_scheme
 
 BACKENDS = ("local", "openai")
@@ -86,5 +87,5 @@ def _build_openai(kind: str, cfg: ProviderConfig, session: requests.Session) -> 
         honours_idempotency_key=cfg.honours_idempotency_key,
     )
     if kind == "image":
-        return OpenAIImageProvider(model=cfg.model or "gpt-image-1", size=cfg.size or "1024x1024", **common)
-    return OpenAISpeechProvider(model=cfg.model or "gpt-4o-mini-tts", voice=cfg.voice or "alloy", **common)
+        return OpenAIImageProvider(model=cfg.model or CURRENT_IMAGE, size=cfg.size or "1024x1024", **common)
+    return OpenAISpeechProvider(model=cfg.model or CURRENT_SPEECH, voice=cfg.voice or "alloy", **common)

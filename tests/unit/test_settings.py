@@ -68,7 +68,7 @@ OPENAI = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/
 
 def test_choosing_openai_takes_its_own_default_models_and_voice_never_the_local_ones():
     cfg = settings.load(OPENAI)
-    assert (cfg.image.model, cfg.image.size) == ("gpt-image-1", "1024x1024")
+    assert (cfg.image.model, cfg.image.size) == ("gpt-image-2.6-sunburst", "1024x1024")
     assert (cfg.tts.model, cfg.tts.voice) == ("gpt-4o-mini-tts", "alloy")
 
 
@@ -78,8 +78,8 @@ def test_the_local_backends_keep_their_own_models():
 
 
 def test_a_model_voice_or_size_that_is_set_wins_over_the_backends_default():
-    cfg = settings.load({**OPENAI, "IMAGE_MODEL": "dall-e-3", "IMAGE_SIZE": "1792x1024", "TTS_VOICE": "nova"})
-    assert (cfg.image.model, cfg.image.size, cfg.tts.voice) == ("dall-e-3", "1792x1024", "nova")
+    cfg = settings.load({**OPENAI, "IMAGE_MODEL": "gpt-image-2", "IMAGE_SIZE": "1792x1008", "TTS_VOICE": "nova"})
+    assert (cfg.image.model, cfg.image.size, cfg.tts.voice) == ("gpt-image-2", "1792x1008", "nova")
 
 
 def test_model_options_are_read_only_when_set_and_only_for_their_kind():
