@@ -45,9 +45,10 @@ BATCH_ENDPOINTS = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/embed
 MAX_FILE_BYTES = 200 * 1024 * 1024
 MAX_REQUESTS = 50_000
 MAX_METADATA = 16
-OUTPUT_TOKENS = {("low", "1024x1024"): 272, ("medium", "1024x1024"): 1056, ("high", "1024x1024"): 4160,
-                 ("low", "1024x1536"): 408, ("medium", "1024x1536"): 1584, ("high", "1024x1536"): 6240,
-                 ("low", "1536x1024"): 400, ("medium", "1536x1024"): 1568, ("high", "1536x1024"): 6208}
+# Image tokens an answer reports at 1024x1024, by quality (gpt-image-2's, as OpenAI's cost calculator bills them);
+# another size by its area.
+OUTPUT_TOKENS = {"low": 200, "medium": 1767, "high": 7024}
+TEXT_OUTPUT_TOKENS = 24   # the GPT image models' answers also report some text tokens out
 
 
 @dataclass
@@ -68,13 +69,18 @@ class _Batch:
 
 
 def usage(body: dict) -> dict:
-    """The `usage` block of a GPT image answer: its prompt's tokens in, the image's tokens out."""
+    """The `usage` block of a GPT image answer: its prompt's tokens in; out, the image's tokens and a few text
+    tokens, apart (`output_tokens_details`, as the API reports them now)."""
     text = max(1, len(body.get("prompt", "")) // 4)
     quality = body.get("quality", "auto")
     quality = "high" if quality == "auto" else quality
-    out = OUTPUT_TOKENS.get((quality, body.get("size", "1024x1024")), 4160)
+    width, _, height = str(body.get("size", "1024x1024")).partition("x")
+    area = int(width) * int(height) if width.isdigit() and height.isdigit() else 1024 * 1024
+    image = round(OUTPUT_TOKENS.get(quality, OUTPUT_TOKENS["high"]) * area / (1024 * 1024))
     return {"input_tokens": text, "input_tokens_details": {"text_tokens": text, "image_tokens": 0},
-            "output_tokens": out, "total_tokens": text + out}
+            "output_tokens": image + TEXT_OUTPUT_TOKENS,
+            "output_tokens_details": {"text_tokens": TEXT_OUTPUT_TOKENS, "image_tokens": image},
+            "total_tokens": text + image + TEXT_OUTPUT_TOKENS}
 
 
 def moderation(word: str, body: Any) -> contract.Refusal | None:
@@ -198,7 +204,7 @@ class BatchAPI:
         if self.script.fail_validation > 0:
             self.script.fail_validation -= 1
             errors.append({"code": "token_limit_exceeded", "line": None,
-                           "message": "Enqueued token limit reached for gpt-image-1 in organization org-fake."})
+                           "message": "Enqueued token limit reached for gpt-image-2.6-sunburst in organization org-fake."})
         if errors:
             batch.obj.update(status="failed", failed_at=int(time.time()),
                              errors={"object": "list", "data": errors[:50]})

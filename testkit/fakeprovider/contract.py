@@ -6,30 +6,34 @@ Each rule cites the OpenAI API reference (developers.openai.com/api/reference):
 `{"error": {"message", "type", "param", "code"}}`. The fake checks a request
 against these rules before it does (and charges) anything, so an adapter that
 drifts from the contract fails in tests the way it would fail against the API.
+
+Which models exist, which are shut down, which sizes each takes and its input limits are the model catalogue's
+(providers/openai_models.py, every row citing its page and the day it was read, 2026-12-06): a model past its
+shutdown date is answered 404 `model_not_found`, as the API answers it (the deprecations page: a shut-down model
+"will no longer be accessible"; the 404 body is the one the API gives any model it does not serve).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from datetime import date, datetime, timezone
 from typing import Any
+
+from providers import openai_models as catalogue
 
 # "Create image", body parameters: the whole list of fields the endpoint knows.
 IMAGE_FIELDS = frozenset({
     "prompt", "model", "n", "size", "quality", "response_format", "output_format", "output_compression",
     "background", "moderation", "style", "user", "stream", "partial_images",
 })
-# "Create image" -> model: the GPT image models and the two DALL-E models.
-GPT_IMAGE_MODELS = frozenset({
-    "gpt-image-1", "gpt-image-1-mini", "gpt-image-1.5", "gpt-image-2", "gpt-image-2-2026-04-21",
-    "chatgpt-image-latest",
-})
-DALLE_MODELS = frozenset({"dall-e-2", "dall-e-3"})
-# "Create image" -> size: the sizes each family accepts.
-IMAGE_SIZES = {
-    "gpt-image": frozenset({"1024x1024", "1536x1024", "1024x1536", "auto"}),
-    "dall-e-2": frozenset({"256x256", "512x512", "1024x1024"}),
-    "dall-e-3": frozenset({"1024x1024", "1792x1024", "1024x1792"}),
-}
+# "Create image" -> model: every name of every image model the catalogue knows (dated snapshots too).
+def _names(models) -> frozenset:
+    return frozenset(name for m in models for name in (m.name, *m.snapshots))
+
+
+GPT_IMAGE_MODELS = _names(m for m in catalogue.IMAGE_MODELS.values() if m.family == "gpt-image")
+DALLE_MODELS = _names(m for m in catalogue.IMAGE_MODELS.values() if m.family == "dall-e")
 # "Create image" -> prompt: 32000 characters for the GPT image models, 1000 for dall-e-2, 4000 for dall-e-3.
 PROMPT_LIMITS = {"gpt-image": 32000, "dall-e-2": 1000, "dall-e-3": 4000}
 # "Create image": background, output_format, output_compression, moderation and the GPT qualities
@@ -41,16 +45,11 @@ IMAGE_CHOICES = {
     "background": frozenset({"transparent", "opaque", "auto"}),
     "response_format": frozenset({"url", "b64_json"}),
 }
-QUALITIES = {
-    "gpt-image": frozenset({"low", "medium", "high", "auto"}),
-    "dall-e-2": frozenset({"standard", "auto"}),
-    "dall-e-3": frozenset({"standard", "hd", "auto"}),
-}
 
 # "Create speech", body parameters.
 SPEECH_FIELDS = frozenset({"model", "input", "voice", "instructions", "response_format", "speed", "stream_format"})
 # "Create speech" -> model.
-SPEECH_MODELS = frozenset({"tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15"})
+SPEECH_MODELS = _names(catalogue.SPEECH_MODELS.values())
 # "Create speech" -> voice: the built-in voices.
 VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
                     "verse", "marin", "cedar"})
@@ -106,7 +105,27 @@ def image_family(model: str) -> str:
     return "gpt-image" if model in GPT_IMAGE_MODELS else model
 
 
-def refuse_image(body: Any) -> Refusal | None:
+def refuse_gone(model: str, today: date | None) -> Refusal | None:
+    """A model past its shutdown date on `today` (None: the real UTC date): 404 `model_not_found`."""
+    row = catalogue.image_model(model) or catalogue.speech_model(model)
+    if row is not None and catalogue.is_shut_down(row, today or datetime.now(timezone.utc).date()):
+        return error(404, f"The model `{model}` does not exist or you do not have access to it.",
+                     code="model_not_found")
+    return None
+
+
+# gpt-4o-mini-tts's page: "2,000 input tokens". The fake counts tokens its own way, as a byte-pair tokenizer
+# splits text before it merges (a word with its leading space is a token per four characters, up to three digits
+# a token, a run of spaces a token, any other character a token), not with the pipeline's estimate, so a test
+# sees whether that estimate keeps a save from reaching a refusal here.
+_PIECES = re.compile(r" ?[A-Za-z]+| ?[0-9]{1,3}|\s+|.", re.S)
+
+
+def speech_tokens(text: str) -> int:
+    return sum(-(-len(p) // 4) if p.strip().isalpha() and p.isascii() else 1 for p in _PIECES.findall(text))
+
+
+def refuse_image(body: Any, today: date | None = None) -> Refusal | None:
     """The rules of "Create image" that our adapter can break."""
     if not isinstance(body, dict):
         return error(400, "We could not parse the JSON body of your request.")
@@ -116,6 +135,9 @@ def refuse_image(body: Any) -> Refusal | None:
     model = body["model"]
     if model not in GPT_IMAGE_MODELS | DALLE_MODELS:
         return _invalid("model", model, GPT_IMAGE_MODELS | DALLE_MODELS)
+    gone = refuse_gone(model, today)
+    if gone:
+        return gone
     family = image_family(model)
     if family == "gpt-image" and "response_format" in body:
         return error(400, "Unknown parameter: 'response_format'.", param="response_format", code="unknown_parameter")
@@ -129,10 +151,14 @@ def refuse_image(body: Any) -> Refusal | None:
 
 
 def _refuse_image_values(body: dict, family: str) -> Refusal | None:
-    if "size" in body and body["size"] not in IMAGE_SIZES[family]:
-        return _invalid("size", body["size"], IMAGE_SIZES[family])
-    if "quality" in body and body["quality"] not in QUALITIES[family]:
-        return _invalid("quality", body["quality"], QUALITIES[family])
+    row = catalogue.image_model(body["model"])
+    # "Create image" -> size: the listed sizes, or for the gpt-image-2 family any WIDTHxHEIGHT within its limits
+    why = catalogue.size_refusal(row, body["size"]) if "size" in body and isinstance(body["size"], str) else None
+    if why or ("size" in body and not isinstance(body["size"], str)):
+        return error(400, f"Invalid value: '{body['size']}'. {why or 'Expected a string.'}", param="size",
+                     code="invalid_value")
+    if "quality" in body and body["quality"] not in set(row.qualities) | {"auto"}:
+        return _invalid("quality", body["quality"], frozenset(row.qualities) | {"auto"})
     for name, allowed in IMAGE_CHOICES.items():
         if name in body and body[name] not in allowed:
             return _invalid(name, body[name], allowed)
@@ -143,7 +169,7 @@ def _refuse_image_values(body: dict, family: str) -> Refusal | None:
     return None
 
 
-def refuse_speech(body: Any) -> Refusal | None:
+def refuse_speech(body: Any, today: date | None = None) -> Refusal | None:
     """The rules of "Create speech" that our adapter can break."""
     if not isinstance(body, dict):
         return error(400, "We could not parse the JSON body of your request.")
@@ -152,6 +178,9 @@ def refuse_speech(body: Any) -> Refusal | None:
         return refusal
     if body["model"] not in SPEECH_MODELS:
         return _invalid("model", body["model"], SPEECH_MODELS)
+    gone = refuse_gone(body["model"], today)
+    if gone:
+        return gone
     if body["voice"] not in VOICES:
         return _invalid("voice", body["voice"], VOICES)
     if "response_format" in body and body["response_format"] not in SPEECH_FORMATS:
@@ -159,6 +188,10 @@ def refuse_speech(body: Any) -> Refusal | None:
     if len(body["input"]) > INPUT_LIMIT:
         return error(400, f"Invalid 'input': string too long. Expected a string with maximum length {INPUT_LIMIT}.",
                      param="input", code="string_above_max_length")
+    limit = catalogue.speech_model(body["model"]).input_tokens
+    if limit is not None and speech_tokens(body["input"]) > limit:
+        return error(400, f"Invalid 'input': {speech_tokens(body['input'])} tokens; {body['model']} takes at most "
+                          f"{limit} input tokens.", param="input", code="string_above_max_length")
     # "instructions: ... Does not work with tts-1 or tts-1-hd."
     if "instructions" in body and body["model"] in ("tts-1", "tts-1-hd"):
         return error(400, f"instructions are not supported with the model {body['model']}.",
@@ -166,6 +199,6 @@ def refuse_speech(body: Any) -> Refusal | None:
     return None
 
 
-def refuse(endpoint: str, headers: Mapping[str, str], body: Any) -> Refusal | None:
-    """The API's refusal of this call (`endpoint` "image" or "audio"), or None when it would do the work."""
-    return refuse_auth(headers) or (refuse_image(body) if endpoint == "image" else refuse_speech(body))
+def refuse(endpoint: str, headers: Mapping[str, str], body: Any, *, today: date | None = None) -> Refusal | None:
+    """The API's refusal of this call (`endpoint` "image" or "audio") on `today`, or None when it would do the work."""
+    return refuse_auth(headers) or (refuse_image(body, today) if endpoint == "image" else refuse_speech(body, today))

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -36,6 +37,7 @@ class _State:
     queue: deque = field(default_factory=deque)
     default: Behaviour = field(default_factory=Behaviour)
     honour_keys: bool = False
+    today: date | None = None     # the day the catalogue's shutdowns are judged by (None: the real UTC date)
     requests: Counter = field(default_factory=Counter)
     executions: Counter = field(default_factory=Counter)
     answers: dict = field(default_factory=dict)
@@ -195,6 +197,11 @@ class FakeProviderServer:
         with self._lock:
             self._state.honour_keys = on
 
+    def set_today(self, day: date | None) -> None:
+        """Answer as the API will on `day`: a model whose shutdown date has come by then is refused (404)."""
+        with self._lock:
+            self._state.today = day
+
     def release(self) -> None:
         """Let every call currently held by a `hold` behaviour answer."""
         with self._wake:
@@ -267,6 +274,8 @@ class FakeProviderServer:
         if path == "/_fake/release" or body.get("release"):
             self.release()
         if path == "/_fake/script":
+            if "today" in body:
+                self.set_today(date.fromisoformat(body["today"]) if body["today"] else None)
             if "honour_keys" in body:
                 self.honour_keys(bool(body["honour_keys"]))
             if "default" in body:
@@ -286,7 +295,7 @@ class FakeProviderServer:
             body = json.loads(raw)
         except ValueError:
             body = None
-        refusal = contract.refuse(endpoint, handler.headers, body) or (
+        refusal = contract.refuse(endpoint, handler.headers, body, today=self._state.today) or (
             moderation(self.batch.script.refuse_word, body) if endpoint == "image" else None)
         with self._lock:
             state = self._state

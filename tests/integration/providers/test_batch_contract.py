@@ -40,7 +40,7 @@ def jsonl(*lines: bytes) -> io.BytesIO:
 
 
 def line(custom_id: str, prompt: str = "a red lantern") -> bytes:
-    return request_line(custom_id, image_payload("gpt-image-1", prompt, "1024x1024", {"quality": "low"}))
+    return request_line(custom_id, image_payload("gpt-image-2", prompt, "1024x1024", {"quality": "low"}))
 
 
 def raw(fake, method: str, path: str, **kw) -> requests.Response:
@@ -57,7 +57,7 @@ def test_a_batch_runs_its_lines_and_answers_each_by_custom_id_with_usage(fake, c
     client.download(done["output_file_id"], out, 10**8)
     client.download(done["error_file_id"], err, 10**8)
     (ok,), (refused,) = list(result_lines(io.BytesIO(out.getvalue()))), list(result_lines(io.BytesIO(err.getvalue())))
-    assert ok.custom_id == "k1" and ok.status_code == 200 and ok.body["usage"]["output_tokens"] == 272
+    assert ok.custom_id == "k1" and ok.status_code == 200 and ok.body["usage"]["output_tokens_details"]["image_tokens"] == 200
     assert refused.custom_id == "k2" and refused.status_code == 400
     error = classify(HttpStatus(refused.status_code, {}, json.dumps(refused.body).encode()))
     assert isinstance(error, Refused) and isinstance(error, Permanent)

@@ -7,13 +7,14 @@ reference for each rule), so an adapter that drifts from the contract fails here
 from __future__ import annotations
 
 import io
+from datetime import date
 
 import pytest
 import requests
 from PIL import Image
 
 from providers.base import GenerateRequest
-from providers.errors import Permanent, ProviderConfigError
+from providers.errors import ModelGone, Permanent, ProviderConfigError
 from providers.openai_http import image_payload, speech_payload
 from providers.registry import ProviderConfig, build_provider
 from testkit.fakeprovider import FakeProviderServer
@@ -59,17 +60,38 @@ def test_a_gpt_image_model_gets_no_response_format_and_its_options(fake):
     # when
     result = adapter.generate(image())
     # then: the payload is the GPT image one and the answer is the format asked for
-    assert last_body(fake) == {"model": "gpt-image-1", "prompt": "a red lantern", "n": 1, "size": "1024x1024",
-                               "quality": "low", "output_format": "jpeg", "background": "opaque"}
+    assert last_body(fake) == {"model": "gpt-image-2.6-sunburst", "prompt": "a red lantern", "n": 1,
+                               "size": "1024x1024", "quality": "low", "output_format": "jpeg", "background": "opaque"}
     assert result.media_type == "image/jpeg"
     assert Image.open(io.BytesIO(result.data)).format == "JPEG"
 
 
-def test_dall_e_models_ask_for_base64_and_get_no_gpt_image_options(fake):
-    adapter = provider("image", fake.base_url, model="dall-e-3", options=(("quality", "high"),))
-    adapter.generate(image())
-    assert last_body(fake) == {"model": "dall-e-3", "prompt": "a red lantern", "n": 1, "size": "1024x1024",
-                               "response_format": "b64_json"}
+def test_dall_e_models_would_ask_for_base64_and_get_no_gpt_image_options():
+    # shut down since 2026-05-12, but a compatible server may still serve the name
+    assert image_payload("dall-e-3", "a red lantern", "1024x1024", {"quality": "high"}) == \
+        {"model": "dall-e-3", "prompt": "a red lantern", "n": 1, "size": "1024x1024", "response_format": "b64_json"}
+
+
+@pytest.mark.parametrize("model", ["gpt-image-1", "gpt-image-1-mini", "chatgpt-image-latest", "dall-e-3"])
+def test_a_shut_down_image_model_is_answered_404_model_not_found_and_is_model_gone(fake, model):
+    before = fake.stats()["executions_total"]
+    with pytest.raises(ModelGone, match=f"HTTP 404: The model `{model}` does not exist"):
+        provider("image", fake.base_url, model=model).generate(image())
+    assert fake.stats()["executions_total"] == before
+
+
+def test_a_speech_model_is_refused_from_its_shutdown_day_on(fake):
+    provider("audio", fake.base_url).generate(speech())
+    before = fake.stats()["executions_total"]
+    # given: the day OpenAI's text-to-speech guide names for the shutdown of gpt-4o-mini-tts
+    fake.set_today(date(2027, 1, 6))
+    try:
+        # then: the same call is now refused, and the refusal says the model is gone
+        with pytest.raises(ModelGone):
+            provider("audio", fake.base_url).generate(speech())
+    finally:
+        fake.set_today(None)
+    assert fake.stats()["executions_total"] == before
 
 
 def test_a_model_of_another_family_gets_the_minimal_payload():
@@ -107,7 +129,7 @@ def test_a_doubled_version_in_the_path_is_a_404_as_the_api_answers(fake):
     assert answer.json()["error"]["message"] == "Invalid URL (POST /v1/v1/images/generations)"
 
 
-GOOD_IMAGE = {"model": "gpt-image-1", "prompt": "a cat", "n": 1, "size": "1024x1024"}
+GOOD_IMAGE = {"model": "gpt-image-2", "prompt": "a cat", "n": 1, "size": "1024x1024"}
 GOOD_SPEECH = {"model": "gpt-4o-mini-tts", "input": "hi", "voice": "alloy", "response_format": "wav"}
 # (rule, path, body, status, param or code the error names)
 RULES = [
@@ -115,14 +137,15 @@ RULES = [
      {**GOOD_IMAGE, "response_format": "b64_json"}, 400, "response_format"),
     ("unknown image parameter", "images/generations", {**GOOD_IMAGE, "seed": 7}, 400, "seed"),
     ("missing image model", "images/generations", {"prompt": "a cat"}, 400, "model"),
-    ("missing prompt", "images/generations", {"model": "gpt-image-1"}, 400, "prompt"),
+    ("missing prompt", "images/generations", {"model": "gpt-image-2"}, 400, "prompt"),
     ("unknown image model", "images/generations", {**GOOD_IMAGE, "model": "fake-image"}, 400, "model"),
-    ("size the family lacks", "images/generations", {**GOOD_IMAGE, "size": "256x256"}, 400, "size"),
-    ("GPT image option for dall-e", "images/generations",
-     {**GOOD_IMAGE, "model": "dall-e-2", "size": "256x256", "output_format": "png"}, 400, "output_format"),
-    ("two images from dall-e-3", "images/generations", {**GOOD_IMAGE, "model": "dall-e-3", "n": 2}, 400, "n"),
-    ("prompt too long", "images/generations", {**GOOD_IMAGE, "model": "dall-e-2", "prompt": "x" * 1001},
-     400, "prompt"),
+    ("shut-down image model", "images/generations", {**GOOD_IMAGE, "model": "gpt-image-1.5"}, 404, None),
+    ("size too small", "images/generations", {**GOOD_IMAGE, "size": "256x256"}, 400, "size"),
+    ("side not a multiple of 16", "images/generations", {**GOOD_IMAGE, "size": "1000x1000"}, 400, "size"),
+    ("size over 3840x2160", "images/generations", {**GOOD_IMAGE, "size": "3840x2176"}, 400, "size"),
+    ("quality the model lacks", "images/generations", {**GOOD_IMAGE, "quality": "hd"}, 400, "quality"),
+    ("eleven images", "images/generations", {**GOOD_IMAGE, "n": 11}, 400, "n"),
+    ("prompt too long", "images/generations", {**GOOD_IMAGE, "prompt": "x" * 32001}, 400, "prompt"),
     ("unknown speech parameter", "audio/speech", {**GOOD_SPEECH, "pitch": 2}, 400, "pitch"),
     ("missing voice", "audio/speech", {k: v for k, v in GOOD_SPEECH.items() if k != "voice"}, 400, "voice"),
     ("missing input", "audio/speech", {k: v for k, v in GOOD_SPEECH.items() if k != "input"}, 400, "input"),
@@ -133,6 +156,7 @@ RULES = [
     ("instructions for tts-1", "audio/speech", {**GOOD_SPEECH, "model": "tts-1", "instructions": "calm"},
      400, "instructions"),
     ("input too long", "audio/speech", {**GOOD_SPEECH, "input": "x" * 4097}, 400, "input"),
+    ("input over gpt-4o-mini-tts's tokens", "audio/speech", {**GOOD_SPEECH, "input": "你" * 2001}, 400, "input"),
 ]
 
 
@@ -178,8 +202,8 @@ def test_a_model_option_that_is_set_is_part_of_the_input_fingerprint():
     from pipeline.core.content import ProviderInfo, parse_draft, plan_tasks
 
     draft = parse_draft({"title": "t", "locale": "en", "blocks": [{"key": "a", "text": "hello"}]})
-    plain = ProviderInfo("openai", "gpt-image-1", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy")
-    with_options = ProviderInfo("openai", "gpt-image-1", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy",
+    plain = ProviderInfo("openai", "gpt-image-2", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy")
+    with_options = ProviderInfo("openai", "gpt-image-2", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy",
                                 (("quality", "high"),), (("instructions", "slowly"),))
     before, after = plan_tasks(draft, plain), plan_tasks(draft, with_options)
     assert [t.fingerprint for t in before] != [t.fingerprint for t in after]

@@ -242,8 +242,8 @@ def test_every_call_sends_the_bearer_key_the_idempotency_key_and_the_timeout(fak
     recorded = fake.recorded
     assert [r.headers["Authorization"] for r in recorded] == [f"Bearer {SECRET}"] * 3
     assert [r.headers["Idempotency-Key"] for r in recorded] == ["key-a", "key-b", "key-c"]
-    assert recorded[1].body == {"model": "gpt-image-1", "prompt": "a lighthouse at dusk", "size": "1024x1024",
-                                "n": 1}
+    assert recorded[1].body == {"model": "gpt-image-2.6-sunburst", "prompt": "a lighthouse at dusk",
+                                "size": "1024x1024", "n": 1}
     assert recorded[2].body == {"model": "gpt-4o-mini-tts", "input": "a lighthouse at dusk", "voice": "alloy",
                                 "response_format": "wav"}
 
