@@ -2,7 +2,7 @@
 bulk actions that are safe.
 
 The list is the view `tasks_needing_attention` (schema/0008): tasks of current versions whose outcome is
-unknown, whose prompt the provider refused, that failed, that a budget paused, that still wait past their deadline, or that were cancelled
+unknown, whose prompt the provider refused, whose model the provider no longer serves, that failed, that a budget paused, that still wait past their deadline, or that were cancelled
 when the key that saved them was revoked. Each row says which
 actions a person may take (`ACTIONS`). Bulk actions are only the safe ones: retrying failed tasks (all or
 nothing: one transaction, one admission check, so over capacity it is 503 and nothing changes) and closing
@@ -21,10 +21,11 @@ from pipeline.core.errors import Conflict, InvalidInput, NotFound
 from pipeline.core.states import KINDS
 from pipeline.settings import Settings
 
-PROBLEMS = ("unknown", "refused", "failed", "budget", "stuck", "revoked")
+PROBLEMS = ("unknown", "refused", "model_gone", "failed", "budget", "stuck", "revoked")
 # What a person may do with a task, by its problem.
 ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retry",),
            "refused": ("edit_block", "retry"),   # rewrite the prompt; a retry sends the same prompt again
+           "model_gone": ("set_live_model", "retry"),   # an operator sets a live *_MODEL and restarts, then a retry
            "budget": ("cancel_version",), "stuck": ("cancel_version",),
            "revoked": ()}   # cancelled with its revoked key: save it again under a live key if it is still wanted
 MAX_BULK = 200

@@ -258,7 +258,7 @@ class Batcher:
             self._settle_failure(line, error, "requeued", ledger_row=None)
             return
         outcome = "refused" if isinstance(error, Refused) else "failed"
-        self._settle_failure(line, error, outcome, dict(record, outcome=error.__class__.__name__.lower(), cost=0.0))
+        self._settle_failure(line, error, outcome, dict(record, outcome=error.ledger_outcome, cost=0.0))
 
     def _settle_failure(self, line: dict, error: Exception, outcome: str, ledger_row: dict | None) -> None:
         also = LineSettlement(line, outcome, ledger_row)

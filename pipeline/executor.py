@@ -133,7 +133,7 @@ class ProviderExecutor:
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
             charged = policy.may_have_charged(exc, replay=call.replay)
-            call.ledger = dict(record, outcome=exc.__class__.__name__.lower(), http_status=exc.http_status,
+            call.ledger = dict(record, outcome=exc.ledger_outcome, http_status=exc.http_status,
                                latency_ms=elapsed, cost=estimate if charged else 0.0)
             decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
             if decided is exc:

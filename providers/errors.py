@@ -4,7 +4,7 @@
 translates whatever its transport raised into one of them, once, at its boundary:
 
 * `Permanent`: refused for good (bad input, auth): do not retry; `Refused`, a `Permanent`, is
-  the provider's safety system refusing the prompt itself;
+  the provider's safety system refusing the prompt itself, and `ModelGone`, another, a model it no longer serves;
 * `Transient`: the request provably never reached the provider: safe to retry;
 * `Ambiguous`: the request may have been executed (and charged): the outcome is unknown;
 * `Busy`: rate limited or no free slot: try later without spending an attempt.
@@ -18,7 +18,11 @@ from __future__ import annotations
 
 
 class ProviderError(Exception):
-    """A provider call did not produce a result."""
+    """A provider call did not produce a result; `ledger_outcome` is what the call ledger calls it."""
+
+    @property
+    def ledger_outcome(self) -> str:
+        return self.__class__.__name__.lower()
 
     def __init__(self, message: str, *, http_status: int | None = None) -> None:
         super().__init__(message)
@@ -32,6 +36,14 @@ class Permanent(ProviderError):
 class Refused(Permanent):
     """The provider's safety system refused this prompt (OpenAI: 400, code `moderation_blocked`): a person must
     rewrite it; the same input is not sent again unless a person asks."""
+
+
+class ModelGone(Permanent):
+    """The provider no longer serves the model asked for (OpenAI: 404, code `model_not_found`, as it answers a model
+    it has shut down): no call with it can succeed until a person sets a live model. The call ledger books it as
+    the refusal it is (`permanent`)."""
+
+    ledger_outcome = "permanent"
 
 
 class Transient(ProviderError):

@@ -7,7 +7,8 @@ question: could the provider have executed (and charged) the request?
 * provably not sent (connection refused, DNS, TLS handshake, connect
   timeout; 408) -> Transient;
 * refused for good (400, 401, 403, 404, 422, other 4xx) -> Permanent; a 400 whose code says the
-  provider's safety system refused the prompt (`moderation_blocked`) -> Refused, a Permanent;
+  provider's safety system refused the prompt (`moderation_blocked`) -> Refused, a Permanent; a model the
+  provider no longer serves (`model_not_found`) -> ModelGone, a Permanent;
 * rate limited or still in progress (429, 503 with Retry-After; 409, the
   idempotency key's first request is still running) -> Busy;
 * anything after the request may have arrived (read timeout, connection
@@ -28,13 +29,17 @@ from collections.abc import Mapping
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
 
-from .errors import Ambiguous, Busy, Permanent, ProviderError, Refused, Transient
+from .errors import Ambiguous, Busy, ModelGone, Permanent, ProviderError, Refused, Transient
 
 PERMANENT_STATUSES = frozenset({400, 401, 403, 404, 422})
 # The codes of a refusal by the provider's safety system: OpenAI's image API answers 400 with
 # `moderation_blocked` ("Your request was rejected by the safety system"; the "Image generation" guide,
 # "Content moderation").
 REFUSAL_CODES = frozenset({"moderation_blocked"})
+# The code of a model the API no longer serves (or never did): OpenAI answers 404 `model_not_found` ("The model `X`
+# does not exist or you do not have access to it."), as it does for a model past its shutdown date
+# (developers.openai.com/api/docs/deprecations, read 2026-12-06).
+GONE_CODES = frozenset({"model_not_found"})
 DEFAULT_RETRY_AFTER = 1.0
 # Where ssl errors raised during the handshake (or the hostname check right
 # after it) come from: no request byte has been written at that point.
@@ -143,6 +148,8 @@ def _classify_status(answer: HttpStatus) -> ProviderError:
         return Transient(message, http_status=status)
     if status == 400 and provider_code(answer.body) in REFUSAL_CODES:
         return Refused(message, http_status=status)
+    if status in (400, 404) and provider_code(answer.body) in GONE_CODES:
+        return ModelGone(message, http_status=status)
     if status in PERMANENT_STATUSES or 400 <= status < 500:
         return Permanent(message, http_status=status)
     return Ambiguous(message, http_status=status)

@@ -33,6 +33,8 @@ ERROR_WORDS = {
     "transient": _l("The request never reached the provider"),
     "permanent_error": _l("The provider refused the request"),
     "refused": _l("The provider refused this prompt; edit the block to rewrite it"),
+    "model_gone": _l("The provider no longer serves this model: an operator sets a live one (IMAGE_MODEL or "
+                     "TTS_MODEL) and restarts the workers, then retry"),
     "attempts_exhausted": _l("Every attempt failed"),
     "deadline_passed": _l("Ran out of time before it could finish"),
     "lease_expired": _l("The worker stopped answering while it worked"),

@@ -93,11 +93,13 @@ CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("c
                 "superseded": _l("superseded")}
 # What needs a person (pipeline.attention), and what they may do about it.
 PROBLEM_WORDS = {"unknown": _l("outcome unknown"), "refused": _l("the provider refused this prompt"),
+                 "model_gone": _l("the provider no longer serves its model"),
                  "failed": _l("failed"), "budget": _l("paused by a budget"),
                  "stuck": _l("past its deadline"), "revoked": _l("cancelled: its key was revoked")}
 ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible second charge"),
                           "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
                           "edit_block": _l("edit the block's prompt"),
+                          "set_live_model": _l("set a live model (IMAGE_MODEL or TTS_MODEL), then retry"),
                           "cancel_version": _l("cancel the version, or raise the budget")}
 SCENARIO_WORDS = {
     "media_timeout": _l("an image call fails before it reaches the provider"),

@@ -10,12 +10,12 @@ pipeline's decisions are made in it. The pipeline's own waits (`WaitingForInput`
 
 from __future__ import annotations
 
-from providers.errors import Ambiguous, Busy, Permanent, ProviderError, Refused, Transient
+from providers.errors import Ambiguous, Busy, ModelGone, Permanent, ProviderError, Refused, Transient
 
 __all__ = ["PipelineError", "InvalidInput", "NotFound", "Conflict", "CapacityExceeded", "KeyLimitReached",
            "LeaseLost", "StaleTransition", "ConfigError", "Cancelled", "WaitingForInput", "BudgetReached",
            # the providers' vocabulary (providers/errors.py), which the pipeline's decisions speak too
-           "ProviderError", "Permanent", "Refused", "Transient", "Ambiguous", "Busy"]
+           "ProviderError", "Permanent", "Refused", "ModelGone", "Transient", "Ambiguous", "Busy"]
 
 
 class PipelineError(Exception):

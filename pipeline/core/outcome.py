@@ -31,6 +31,7 @@ class Reason(str, Enum):
     UNCLASSIFIED_ERROR = "unclassified_error"  # an error we cannot classify: unknown, never retried
     PERMANENT_ERROR = "permanent_error"        # the provider refused for good: failed
     REFUSED = "refused"                        # the provider's safety system refused the prompt: failed, rewrite it
+    MODEL_GONE = "model_gone"                  # the provider no longer serves the model: failed, set a live one
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"  # failed: no attempt left
     DEADLINE_PASSED = "deadline_passed"        # failed: the version's deadline passed
     LEASE_EXPIRED = "lease_expired"            # the worker stopped answering (retry before the call, else unknown)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from pipeline.core.errors import (Ambiguous, Busy, Cancelled, LeaseLost, Permanent, ProviderError, Refused, SlotsBusy,
-                                  Transient)
+from pipeline.core.errors import (Ambiguous, Busy, Cancelled, LeaseLost, ModelGone, Permanent, ProviderError, Refused,
+                                  SlotsBusy, Transient)
 from pipeline.core.outcome import Outcome, Reason
 from pipeline.core.records import clip
 from pipeline.core.states import TaskStatus
@@ -56,6 +56,9 @@ def after_failure(error: Exception, *, attempts: int, max_attempts: int, now: da
         return _with(Outcome(TaskStatus.UNKNOWN, Reason.UNKNOWN_OUTCOME, f"outcome unknown ({message})"), details)
     if isinstance(error, Refused):   # never retried by itself: a person rewrites the prompt, or asks again
         return _with(Outcome(TaskStatus.FAILED, Reason.REFUSED, message, dead_letter="refused by the provider"),
+                     details)
+    if isinstance(error, ModelGone):   # no call with this model can succeed: a person sets a live one, then retries
+        return _with(Outcome(TaskStatus.FAILED, Reason.MODEL_GONE, message, dead_letter="model no longer served"),
                      details)
     if isinstance(error, Permanent):
         return _with(Outcome(TaskStatus.FAILED, Reason.PERMANENT_ERROR, message, dead_letter="permanent error"), details)
