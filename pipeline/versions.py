@@ -22,9 +22,11 @@ from psycopg.types.json import Jsonb
 from pipeline import db, dispatch, keyspend, tasks
 from pipeline.core import lanes
 from pipeline.core.board import FINISHED, version_status
-from pipeline.core.content import Draft, ProviderInfo, carry_regenerations, check_speakable, plan_tasks, stamped
+from pipeline.core.content import (Draft, ProviderInfo, carry_regenerations, check_narratable, check_speakable,
+                                   plan_tasks, stamped)
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.settings import Settings
+from providers import openai_models
 from providers.registry import SPEECH_LOCALES
 
 
@@ -78,6 +80,9 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
     """
     lane = lanes.parse_priority(lane)
     check_speakable(draft.locale, SPEECH_LOCALES.get(cfg.tts.backend, ()))
+    speech = openai_models.speech_model(cfg.tts.model) if cfg.tts.backend == "openai" else None
+    if speech is not None:
+        check_narratable(draft, lambda text: openai_models.speech_limit_refusal(speech, text))
     request_digest = draft.digest if content_id is None else f"{content_id}:{base_version}:{draft.digest}"
     if lane != lanes.INTERACTIVE:   # the lane is part of the request an Idempotency-Key stands for
         request_digest += f"|lane={lane}"

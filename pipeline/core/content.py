@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pipeline.core.errors import InvalidInput
 from pipeline.core.fingerprint import digest
@@ -206,6 +206,17 @@ def carry_regenerations(draft: Draft, base_blocks: list[Mapping]) -> Draft:
         blocks.append(Block(block.key, block.text, block.image_prompt, tuple(sorted(marks.items())))
                       if marks else block)
     return Draft(draft.title, draft.locale, draft.theme, tuple(blocks))
+
+
+def check_narratable(draft: Draft, too_long: Callable[[str], str | None]) -> None:
+    """InvalidInput naming the first block whose text the speech model would refuse as too long; `too_long` says
+    why it would (providers/openai_models.py `speech_limit_refusal`), or None. Refused at the save, so no task is
+    accepted that the provider then refuses (docs/decisions.md, "A block too long to narrate")."""
+    for i, block in enumerate(draft.blocks):
+        why = too_long(block.text)
+        if why:
+            raise InvalidInput(f"blocks[{i}] ({block.key}): the text is too long to narrate: {why}; split it into "
+                               f"two blocks", field=f"blocks[{i}].text")
 
 
 def check_speakable(locale: str, supported: tuple[str, ...]) -> None:
