@@ -59,3 +59,18 @@ def test_bulk_pauses_and_resumes_the_bulk_lane_and_refuses_what_does_not_apply(d
     with connect(database_url, autocommit=True) as conn:
         rows = conn.execute("SELECT paused_by, resumed_by, resumed_at IS NOT NULL AS ended FROM lane_pauses").fetchall()
     assert rows == [{"paused_by": "ops@example.com", "resumed_by": "ops@example.com", "ended": True}]
+
+
+@pytest.mark.parametrize("argv", [["bin/dispatch", "--once"], [".venv/bin/rq", "worker-pool", "-c", "bin.rqconfig",
+                                                                "-w", "bin.worker.Worker", "-n", "1", "image"]])
+def test_a_shut_down_model_stops_a_process_at_start_naming_its_date_and_replacement(argv, database_url, redis_url):
+    # given: a user still on the model OpenAI shut down on 2026-10-23
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "DATABASE_URL": database_url, "REDIS_URL": redis_url,
+           "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/v1", "IMAGE_API_KEY": "sk-test",
+           "IMAGE_DAILY_BUDGET": "5", "IMAGE_MODEL": "gpt-image-1"}
+    # when: a process starts
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    # then: it stops at once with exit 2 and says what to do, before it could pay for anything
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "IMAGE_MODEL='gpt-image-1'" in done.stderr and "2026-10-23" in done.stderr, done.stderr
+    assert "gpt-image-2.5-sunburst" in done.stderr and "Traceback" not in done.stderr, done.stderr

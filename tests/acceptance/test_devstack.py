@@ -13,7 +13,9 @@ from psycopg.rows import dict_row
 
 from bin import devstack
 from bin.embedded import ServerError, Valkey, free_port
+from pipeline.core import prices
 from testkit.fakeprovider import FakeProviderServer
+from testkit.fakeprovider.batch import usage
 from testkit.helpers import lesson, wait_until
 from testkit.system import ROOT
 
@@ -54,8 +56,10 @@ def test_the_dev_valkey_with_a_password_refuses_strangers_and_keeps_the_password
         valkey.stop()
 
 
-def test_bin_dev_with_only_provider_url_and_key_turns_a_lesson_into_paid_media(database_url, redis_url, tmp_path):
-    """The first thing a user with an OpenAI key tries, against the strict fake: default models, base URL with /v1."""
+def test_bin_dev_with_only_provider_url_key_and_budget_turns_a_lesson_into_paid_media(database_url, redis_url,
+                                                                                      tmp_path):
+    """The first thing a user with an OpenAI key tries, against the strict fake (which refuses shut-down models as
+    the API does): default models, base URL with /v1, a daily budget, and spend priced from the catalogue."""
     port = free_port()
     admin_key = "lab-admin-key-for-the-dev-stack-test-0123456789"
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "PORT": str(port),
@@ -65,7 +69,7 @@ def test_bin_dev_with_only_provider_url_and_key_turns_a_lesson_into_paid_media(d
         for prefix in ("IMAGE", "TTS"):
             env.update({f"{prefix}_PROVIDER": "openai", f"{prefix}_BASE_URL": f"{fake.base_url}/v1",
                         f"{prefix}_API_KEY": f"sk-{prefix.lower()}-dev-stack-test",
-                        f"{prefix}_DAILY_BUDGET": "unlimited"})
+                        f"{prefix}_DAILY_BUDGET": "5"})
         log = open(tmp_path / "dev.log", "wb")
         dev = subprocess.Popen([str(ROOT / "bin" / "dev")], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
@@ -81,7 +85,16 @@ def test_bin_dev_with_only_provider_url_and_key_turns_a_lesson_into_paid_media(d
                 wait_until(lambda: _all_succeeded(conn, content_id), timeout=120,
                            message="every task of the lesson succeeded")
             bodies = {(r.endpoint, r.body["model"]) for r in fake.recorded}
-            assert bodies == {("image", "gpt-image-1"), ("audio", "gpt-4o-mini-tts")}
+            assert bodies == {("image", "gpt-image-2.6-sunburst"), ("audio", "gpt-4o-mini-tts")}
+            # and the day's spend shows both providers above 0: the image from the tokens its answer reported,
+            # the narration from its minutes, each at the catalogue's prices
+            spent = requests.get(f"{base}/api/spend", timeout=10, headers={"X-API-Key": admin_key}).json()
+            by_provider = {p["provider"]: p for p in spent["providers"]}
+            images = [r.body for r in fake.recorded if r.endpoint == "image"]
+            image = prices.image_reported("gpt-image-2.6-sunburst", usage(images[0]))   # what the fake reported
+            assert by_provider["openai-image"]["spent_today"] == pytest.approx(3 * image, rel=1e-3)
+            assert 0 < by_provider["openai-tts"]["spent_today"] < 0.01
+            assert by_provider["openai-image"]["daily_budget"] == by_provider["openai-tts"]["daily_budget"] == 5
         finally:
             os.killpg(dev.pid, signal.SIGINT)
             try:
