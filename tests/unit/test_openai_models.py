@@ -1,6 +1,7 @@
 """The model catalogue (providers/openai_models.py): complete, dated, and what the settings check makes of it."""
 
 from datetime import date
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
@@ -110,3 +111,13 @@ lesson_text = st.text(st.sampled_from("abcdefghij klmnop,.!?0123456789你好学�
 def test_the_token_estimate_never_falls_below_the_strict_fakes_count(text):
     # the save refuses by this estimate so that the provider (here: the fake, counting its own way) never refuses
     assert catalogue.speech_tokens_at_most(text) >= contract.speech_tokens(text)
+
+
+def test_the_providers_page_names_every_model_of_the_catalogue_and_the_day_it_was_read():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "providers.md").read_text(encoding="utf-8")
+    for name in [*catalogue.IMAGE_MODELS, *catalogue.SPEECH_MODELS]:
+        assert f"`{name}`" in text, f"docs/providers.md does not name {name}"
+    for model in ALL:
+        if model.shut_down:
+            assert model.shut_down.isoformat() in text, f"docs/providers.md lacks {model.name}'s shutdown date"
+    assert f"read {catalogue.READ_ON}" in text
