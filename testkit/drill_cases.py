@@ -35,6 +35,21 @@ def _counts(d: Drill) -> dict[str, int]:
                 for t in ("contents", "versions", "tasks", "outbox")}
 
 
+@case("no fault (control)")
+def no_fault(d: Drill) -> None:
+    """The same stack and lesson with nothing injected: what every other case's record is read against (each input
+    run once, every task straight from ready to succeeded, and how long a lesson takes when nothing goes wrong)."""
+    started = time.monotonic()
+    d.save(lesson(2))
+    tasks = d.all_succeeded()
+    d.observe(f"all {len(tasks)} tasks succeeded in {time.monotonic() - started:.2f} s")
+    d.check(all(d.runs(t) == 1 for t in tasks if t["kind"] != "bundle"), "an input ran other than once")
+    with d.db() as conn:
+        detours = conn.execute("SELECT count(*) AS n FROM events WHERE content_id = %s AND to_status IN "
+                               "('retry', 'unknown', 'failed')", (d.content_id,)).fetchone()["n"]
+    d.check(detours == 0, f"{detours} transitions to retry, unknown or failed without a fault")
+
+
 @case("commit fails before the outbox")
 def commit_fails_before_the_outbox(d: Drill) -> None:
     with d.db() as conn:
