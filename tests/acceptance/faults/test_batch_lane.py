@@ -66,6 +66,7 @@ def executions(fake, tasks):
     return [fake.calls_for(idempotency_key(t["fingerprint"], t["id"])).executions for t in tasks]
 
 
+@pytest.mark.server_major
 def test_bulk_images_go_into_one_batch_and_are_paid_at_half_the_price(system, fake):
     system = system.with_env(**BATCH)
     content = bulk_lesson(system, blocks=4)

@@ -6,6 +6,7 @@ Rows about worker deaths, Redis FLUSHALL and concurrent reconcile runs live besi
 import signal
 
 import psycopg
+import pytest
 
 from pipeline import versions
 from pipeline.core.records import idempotency_key
@@ -158,10 +159,10 @@ def test_an_editor_retrying_an_unknown_accepts_the_risk_and_the_second_call_is_r
     assert spend["totals"]["paid_calls"] == 3   # the ambiguous image call, its consented repeat, the narration
 
 
+@pytest.mark.server_major
 def test_a_call_that_outlives_a_postgresql_restart_is_completed_by_its_worker_without_waiting_for_the_lease(
         system, fake, servers):
     if servers.postgres is None:
-        import pytest
         pytest.skip("PostgreSQL is external (DATABASE_URL): this test restarts the server")
     # given production's lease (30 s) and no reconciler: only the worker itself can finish the task
     slow = system.with_env(LEASE_SECONDS="30", HEARTBEAT_SECONDS="10", IMAGE_READ_TIMEOUT="20")
@@ -181,9 +182,9 @@ def test_a_call_that_outlives_a_postgresql_restart_is_completed_by_its_worker_wi
     assert fake.calls_for(idempotency_key(slow.task(task_id)["fingerprint"], task_id)).executions == 1
 
 
+@pytest.mark.server_major
 def test_a_postgresql_restart_mid_run_loses_nothing_and_needs_no_process_restart(stack, fake, servers):
     if servers.postgres is None:
-        import pytest
         pytest.skip("PostgreSQL is external (DATABASE_URL): this test restarts the server")
     fake.set_default(Behaviour("delay", seconds=0.3))
     saved = stack.save(lesson(4))

@@ -3,6 +3,7 @@
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import redis
 
 from pipeline import storage, versions
@@ -51,6 +52,7 @@ def test_rows_claimed_by_a_dead_dispatcher_are_sent_after_the_claim_lease(system
     assert all(r["sent_at"] >= c["claim_until"] for r, c in zip(rows, claimed))
 
 
+@pytest.mark.server_major
 def test_two_reconcile_runs_at_once_one_works_and_the_other_exits_zero(system):
     with system.db() as holder:
         holder.execute("SELECT pg_advisory_lock(7411003)")
@@ -67,6 +69,7 @@ def test_two_reconcile_runs_at_once_one_works_and_the_other_exits_zero(system):
         assert later["started_at"] >= earlier["finished_at"]   # never two at once
 
 
+@pytest.mark.server_major
 def test_two_cron_runs_of_one_slot_make_one_run_and_the_second_says_so(system):
     # given: daily slots, and a minute clear of midnight UTC, so both runs fall in the same slot
     cron = system.with_env(RECONCILE_SLOT_SECONDS="86400")

@@ -2,11 +2,15 @@
 claimed again only when a slot frees (a call's end wakes it; no polling), and the slot a killed worker held
 frees with the recovery of its attempt, not minutes later when the slot's hold runs out."""
 
+import pytest
+
 from pipeline import versions
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import draft, wait_until
 from testkit.system import ROOT, kill, spawn
 from testkit.crashes import worker_in_the_middle_of_an_image_call
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def image_tasks(system, content_id: int) -> list[dict]:

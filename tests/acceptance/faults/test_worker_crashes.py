@@ -2,6 +2,8 @@
 
 import signal
 
+import pytest
+
 from receipts.calls import ReceiptBook
 from testkit.helpers import wait_until
 from testkit.crashes import (key_of, killed_after_the_result_receipt_is_recovered_from_it,
@@ -15,6 +17,7 @@ def test_a_lesson_runs_through_real_worker_processes_with_one_call_per_task(syst
     assert fake.calls_for(key_of(image)).executions == 1 and fake.calls_for(key_of(tts)).executions == 1
 
 
+@pytest.mark.server_major
 def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
     system.dispatch()
@@ -36,6 +39,7 @@ def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(sy
     assert fake.calls_for(key_of(image)).requests == 1
 
 
+@pytest.mark.server_major
 def test_killed_after_its_claim_before_the_intent_the_task_is_retried_and_called_once(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
     workers = []
@@ -69,6 +73,7 @@ def test_killed_after_the_result_receipt_the_task_succeeds_from_the_receipt(syst
     killed_after_the_result_receipt_is_recovered_from_it(system, fake, ReceiptBook(system.cfg.media_dir))
 
 
+@pytest.mark.server_major
 def test_a_stalled_worker_that_resumes_after_a_takeover_writes_nothing(system, fake):
     saved, (image, tts, bundle) = save_one_block(system)
     workers = []

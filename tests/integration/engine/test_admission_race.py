@@ -4,10 +4,14 @@ what fits, every refused save writes nothing, and every accepted save is there (
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from pipeline import versions
 from pipeline.core.errors import CapacityExceeded, KeyLimitReached
 from pipeline.db import connect
 from testkit.helpers import draft, make_settings
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 SAVERS = 12
 ROUNDS = 6

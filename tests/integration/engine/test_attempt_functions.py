@@ -12,6 +12,8 @@ from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus
 from testkit.helpers import claim, draft
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 # case -> (SQL that puts the saved version's image task in that state, whether it may be claimed)
 CLAIM_CASES = {
     "ready and due": ([], True),

@@ -6,9 +6,13 @@ import ast
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline import attempt, dispatch, runtime, versions
 from pipeline.db import connect
 from testkit.helpers import draft, make_settings, task_rows
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 ROOT = Path(__file__).resolve().parents[3]
 OURS = ("pipeline", "providers", "receipts")

@@ -14,6 +14,8 @@ from pipeline.core.errors import Conflict
 from pipeline.reconcile import Reconciler
 from testkit.helpers import draft, wait_until
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 DEPTH = {"image": 5, "tts": 5, "bundle": 5}
 
 

@@ -2,10 +2,14 @@
 transactions (claim with its slot, rate and input; nothing during the call; one completion), and its
 receipts are still written before and after the call."""
 
+import pytest
+
 from pipeline import dispatch, runtime, versions
 from pipeline.db import connect
 from pipeline.storage import receipt_book
 from testkit.helpers import draft, make_settings, work_burst
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 BLOCKS = 4
 

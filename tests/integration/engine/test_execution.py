@@ -9,6 +9,8 @@ from pipeline.core.errors import Ambiguous, Busy, LeaseLost, Permanent, Transien
 from pipeline.db import connect
 from testkit.helpers import claim, draft, task_rows, wait_until, work_burst
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 
 def send_all(conn, cfg):
     return dispatch.send_due(conn, redis.Redis.from_url(cfg.redis_url))

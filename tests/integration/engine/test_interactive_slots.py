@@ -11,6 +11,8 @@ from pipeline.slots import SlotTable
 from pipeline.core.lanes import BULK, INTERACTIVE
 from testkit.helpers import make_settings
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 
 def take(conn, limits, p, lane):
     with conn.transaction():

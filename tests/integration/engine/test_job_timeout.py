@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
@@ -11,6 +12,8 @@ from pipeline import attempt, dispatch, runtime, versions
 from pipeline.db import connect
 from receipts.media import MediaStore
 from testkit.helpers import ControlledExecutor, draft, make_settings
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def test_the_job_limit_is_twice_the_ceiling_and_at_most_a_minute_more(database_url, redis_url, tmp_path):

@@ -18,6 +18,8 @@ from pipeline.runtime import Runtime
 from pipeline.tasks import Asset
 from testkit.helpers import claim, draft, make_settings, task_rows, wait_until
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 DEPTH = {"image": 2, "tts": 2, "bundle": 2}
 
 

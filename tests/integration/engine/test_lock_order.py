@@ -15,6 +15,8 @@ from pipeline.core.records import Asset
 from pipeline.db import connect
 from testkit.helpers import claim, draft, wait_until
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 # each statement that locks a version's tasks at once, with what it needs to run
 STATEMENTS = {
     "supersede": lambda conn, content_id: tasks.supersede_older(conn, content_id, 2, actor="save", by="save",

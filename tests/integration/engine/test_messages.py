@@ -5,6 +5,7 @@ success before it."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 from rq import Queue
 
@@ -12,6 +13,8 @@ from bin.worker import Worker
 from pipeline import attempt, dispatch, versions
 from pipeline.db import connect
 from testkit.helpers import draft, task_rows, work_burst
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def image_queue(client: redis.Redis) -> Queue:

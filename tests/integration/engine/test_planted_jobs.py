@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 
+import pytest
 import redis
 from rq import Queue
 from rq.registry import FailedJobRegistry
@@ -13,6 +14,8 @@ from rq.serializers import DefaultSerializer
 from bin.worker import Worker
 from pipeline import dispatch, versions
 from testkit.helpers import draft
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 MARK = "mediapipe_planted_job_ran"
 

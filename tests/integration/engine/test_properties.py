@@ -12,6 +12,8 @@ from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Tran
 from pipeline.reconcile import Reconciler
 from testkit.helpers import assert_pending_counts, claim, draft, make_settings
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 ERRORS = {"transient": Transient("t"), "permanent": Permanent("p"), "ambiguous": Ambiguous("a")}
 
 

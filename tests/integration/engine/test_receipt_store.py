@@ -1,11 +1,14 @@
 """A missing intent receipt means "never called" only in the store the worker wrote to."""
 
+import pytest
 import redis
 
 from pipeline import db, dispatch, versions
 from pipeline.reconcile import Reconciler
 from receipts.calls import ReceiptBook
 from testkit.helpers import claim, draft, task_rows, wait_until, work_burst
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def claimed_then_abandoned(conn, cfg, store_id):

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from pipeline import db, versions
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from testkit.helpers import draft
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 TEN_O_CLOCK = datetime(2026, 5, 4, 10, 0, tzinfo=timezone.utc)
 

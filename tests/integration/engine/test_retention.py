@@ -1,9 +1,12 @@
+import pytest
 import redis
 
 from pipeline import dispatch, versions
 from pipeline.reconcile import Reconciler
 from receipts.media import MediaStore
 from testkit.helpers import draft, work_burst
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def run_version(conn, cfg, rt, saved):

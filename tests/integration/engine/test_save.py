@@ -9,6 +9,8 @@ from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, NotFo
 from pipeline.db import connect
 from testkit.helpers import assert_pending_counts, draft, make_settings, wait_until
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 
 def counts(conn):
     return {t: conn.execute(f"SELECT count(*) AS n FROM {t}").fetchone()["n"]

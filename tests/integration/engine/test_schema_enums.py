@@ -1,7 +1,11 @@
 """The state machine's enums and the decision codes are the same in Python and in PostgreSQL."""
 
+import pytest
+
 from pipeline.core.outcome import Reason
 from pipeline.core.states import TaskKind, TaskStatus
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def test_the_python_and_postgresql_enums_agree(conn):

@@ -14,6 +14,8 @@ from pipeline.reconcile import Reconciler
 from pipeline.core.lanes import BULK, INTERACTIVE
 from testkit.helpers import draft, make_settings
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 PROVIDER = "images:image"
 
 

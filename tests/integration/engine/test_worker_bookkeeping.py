@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 from rq import Queue, SimpleWorker
 from rq.worker import WorkerStatus
 
 from bin.worker import Worker
 from pipeline import dispatch
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 MISSING = 10**12   # task ids no database holds: run_task claims nothing and returns "skipped"
 

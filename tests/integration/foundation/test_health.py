@@ -1,7 +1,11 @@
 from pathlib import Path
 
+import pytest
+
 from bin.embedded import Valkey, free_port
 from testkit.webapp import make_app
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def _client(database_url: str, redis_url: str):

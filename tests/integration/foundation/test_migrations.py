@@ -8,6 +8,8 @@ from pipeline import migrations
 from pipeline.db import connect
 from testkit.schemadump import describe
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 SNAPSHOT = Path(migrations.SCHEMA_DIR) / "snapshot.txt"
 
 

@@ -23,6 +23,8 @@ from testkit.helpers import lesson, wait_until
 from testkit.system import System, drain, kill, system_env
 from bin.embedded import free_port
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 
 @pytest.fixture
 def machines(database_url, redis_url, tmp_path, fake, s3_env):

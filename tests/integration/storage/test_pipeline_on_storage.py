@@ -11,6 +11,7 @@ import io
 import json
 import zipfile
 
+import pytest
 import redis
 
 from pipeline import dispatch, runtime, settings, storage, versions
@@ -58,6 +59,7 @@ def run_version(conn, cfg, rt, saved) -> set[str]:
                                                     "version = %s", (saved.content_id, saved.version))}
 
 
+@pytest.mark.server_major
 def test_retention_deletes_old_unused_assets_and_old_receipts_from_the_store(database_url, redis_url, tmp_path,
                                                                               storage_env):
     from pipeline.db import connect

@@ -12,6 +12,8 @@ from pipeline.db import connect
 from testkit.helpers import lesson, wait_until
 from testkit.webapp import Api, make_app
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 
 def limited(database_url: str, **env: str):
     cfg = settings.load({"DATABASE_URL": database_url, **env})

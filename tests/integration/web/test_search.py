@@ -3,7 +3,11 @@ that stays as fast on the last page as on the first."""
 
 from __future__ import annotations
 
+import pytest
+
 from testkit.helpers import lesson
+
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def test_search_finds_the_current_text_and_title_and_forgets_replaced_text(api):
