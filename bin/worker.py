@@ -129,17 +129,18 @@ class Worker(SparseBookkeeping, SimpleWorker):
             return
         return super().execute_job(job, queue)
 
-    def perform_job(self, job, queue) -> bool:
+    def perform_job(self, job, queue, execution) -> bool:
         """Run the job under RQ's time limit, set here from this worker's attempt ceiling (times the tasks it carries).
 
         The dispatcher enqueues jobs without a limit; the attempt ceiling (the call is given up,
         the lease no longer renewed) is what ends an attempt. This limit is the backstop for a
         job stuck anywhere else: past it RQ interrupts the job, and the reconciler moves the task
-        on from its evidence once the lease runs out.
+        on from its evidence once the lease runs out. `execution` is RQ 3's record of this run of
+        the job (SimpleWorker.execute_job makes it), passed on as it came.
         """
         if not job.timeout or job.timeout < 0:
             job.timeout = attempt.job_timeout(runtime.current().settings) * len(job.args)
-        return super().perform_job(job, queue)
+        return super().perform_job(job, queue, execution)
 
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
