@@ -16,7 +16,8 @@ starts the processes; this class only changes what a worker does before its firs
   connects (and retries) as before.
 * A worker started while Redis is away waits for it (`wait_for_redis`) instead of exiting.
 * Messages are JSON, and a message that names anything but `pipeline.attempt.run_task(*task_ids)` is refused
-  without running (`refused`): whoever can write to Redis cannot run code on the workers.
+  without running (`refused`): whoever can write to Redis cannot run code on the workers. Nor can a message
+  make a worker send HTTP requests: one that asks for RQ 3's webhooks is refused, and a refusal sends none.
 * No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
   in RQ, and `rq worker-pool` would otherwise fork a scheduler process per pool.
 * RQ's own bookkeeping of the worker in Redis (its heartbeat, its state, the `rq suspend` flag) is
@@ -56,11 +57,13 @@ def warm_up() -> None:
 
 def refused(job) -> str | None:
     """Why a message may not run, or None: it must name pipeline.attempt.run_task and one to
-    MOST_PER_MESSAGE integer task ids."""
+    MOST_PER_MESSAGE integer task ids, and ask for no webhook (RQ 3 would send it when the job ends)."""
     try:
         name, args, kwargs = job.func_name, job.args, job.kwargs
     except DeserializationError:
         return "its payload is not JSON (a pickle?); messages of ours are JSON"
+    if job.webhooks:
+        return "it asks for webhooks; messages of ours ask for none"
     if name != dispatch.JOB_FUNC:
         return f"it names {str(name)[:100]!r}; workers run only {dispatch.JOB_FUNC}"
     if kwargs or not 1 <= len(args) <= MOST_PER_MESSAGE or any(isinstance(a, bool) or not isinstance(a, int)
@@ -125,21 +128,25 @@ class Worker(SparseBookkeeping, SimpleWorker):
         refusal = refused(job)
         if refusal:
             log("job_refused", job_id=job.id, queue=queue.name, reason=refusal)
+            job.webhooks = []   # RQ's failure handling would send the message's own "failed" webhooks
             self.handle_job_failure(job, queue=queue, exc_string=f"refused: {refusal}")
+            # nor may RQ's clean-up of its intermediate queue fail it again a minute later, reading them anew
+            queue.intermediate_queue.remove(job.id)
             return
         return super().execute_job(job, queue)
 
-    def perform_job(self, job, queue) -> bool:
+    def perform_job(self, job, queue, execution) -> bool:
         """Run the job under RQ's time limit, set here from this worker's attempt ceiling (times the tasks it carries).
 
         The dispatcher enqueues jobs without a limit; the attempt ceiling (the call is given up,
         the lease no longer renewed) is what ends an attempt. This limit is the backstop for a
         job stuck anywhere else: past it RQ interrupts the job, and the reconciler moves the task
-        on from its evidence once the lease runs out.
+        on from its evidence once the lease runs out. `execution` is RQ 3's record of this run of
+        the job (SimpleWorker.execute_job makes it), passed on as it came.
         """
         if not job.timeout or job.timeout < 0:
             job.timeout = attempt.job_timeout(runtime.current().settings) * len(job.args)
-        return super().perform_job(job, queue)
+        return super().perform_job(job, queue, execution)
 
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False

@@ -15,7 +15,8 @@ COMMANDS = sorted(p.name for p in (ROOT / "bin").iterdir()
 
 
 def test_every_command_is_listed():
-    assert COMMANDS == ["batches", "bulk", "dev", "dispatch", "drill", "import", "keys", "migrate", "reconcile", "soak", "test", "workers"]
+    assert COMMANDS == ["batches", "bulk", "dev", "dispatch", "drill", "import", "keys", "migrate", "reconcile", "rq",
+                        "rq-dashboard", "soak", "test", "workers"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import threading
 import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import redis
 from rq import Queue
 from rq.registry import FailedJobRegistry
 from rq.serializers import DefaultSerializer
+from rq.webhook import Webhook
 
 from bin.worker import Worker
 from pipeline import dispatch, versions
@@ -75,3 +78,41 @@ def test_run_task_with_anything_but_one_to_eight_task_ids_is_refused(rt, redis_u
             queue.enqueue(dispatch.JOB_FUNC, task_id=1)]
     burst(client)
     assert {j.id for j in jobs} <= set(FailedJobRegistry("image", connection=client).get_job_ids())
+
+
+def test_a_message_asking_for_webhooks_is_refused_and_no_request_leaves_the_worker(rt, redis_url, tmp_path):
+    # given a listener on 127.0.0.1 that counts every request a worker sends it
+    calls = []
+
+    class Listener(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            calls.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    client = redis.Redis.from_url(redis_url)
+    hooks = [Webhook(url, "failed", method="POST"), Webhook(url, "finished")]
+    try:
+        # and messages planted with RQ 3's webhooks: one naming our job function, a pickle, another function
+        ours = Queue("image", connection=client, serializer=dispatch.SERIALIZER)
+        jobs = [ours.enqueue(dispatch.JOB_FUNC, 1, webhooks=hooks), ours.enqueue("os.getcwd", webhooks=hooks),
+                Queue("image", connection=client, serializer=DefaultSerializer).enqueue(planted, str(tmp_path / "x"),
+                                                                                         webhooks=hooks)]
+        assert b"webhooks" in client.hkeys(f"rq:job:{jobs[0].id}")
+        # when a worker of ours takes them
+        burst(client)
+        # then each is refused, none is left for RQ's clean-up to fail again, and no request was sent
+        assert {j.id for j in jobs} <= set(FailedJobRegistry("image", connection=client).get_job_ids())
+        assert ours.intermediate_queue.get_job_ids() == []
+        assert calls == []
+    finally:
+        server.shutdown()
+        server.server_close()
