@@ -19,7 +19,7 @@ from rq import Worker
 
 from pipeline import servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
-from pipeline.dispatch import SERIALIZER
+from pipeline.dispatch import JOB_CLASS, SERIALIZER
 
 SERIALIZER_PATH = f"{SERIALIZER.__module__}.{SERIALIZER.__qualname__}"
 HELP = ("--help", "-h")
@@ -50,7 +50,7 @@ def rq_main(argv: list[str]) -> int:
         url = _redis_url("bin/rq")
         if url is None:
             return 2
-        args = [command, "--url", url, "--serializer", SERIALIZER_PATH, *rest]
+        args = [command, "--url", url, "--serializer", SERIALIZER_PATH, "--job-class", JOB_CLASS, *rest]
     return _click(rq_cli, args, "bin/rq")
 
 

@@ -56,14 +56,25 @@ def warm_up() -> None:
 
 
 def refused(job) -> str | None:
-    """Why a message may not run, or None: it must name pipeline.attempt.run_task and one to
-    MOST_PER_MESSAGE integer task ids, and ask for no webhook (RQ 3 would send it when the job ends)."""
+    """Why a message may not run, or None: it must be exactly ours, `pipeline.attempt.run_task` with one to
+    MOST_PER_MESSAGE integer task ids, asking RQ for nothing else: no callback (RQ imports and calls the dotted
+    path a job names), no webhook (RQ 3 sends it when the job ends), no dependency, no retry or repeat (RQ would
+    enqueue the job again by itself)."""
     try:
         name, args, kwargs = job.func_name, job.args, job.kwargs
     except DeserializationError:
         return "its payload is not JSON (a pickle?); messages of ours are JSON"
     if job.webhooks:
         return "it asks for webhooks; messages of ours ask for none"
+    callbacks = [kind for kind, named in (("success", job._success_callback_name),
+                                          ("failure", job._failure_callback_name),
+                                          ("stopped", job._stopped_callback_name)) if named]
+    if callbacks:
+        return f"it names {' and '.join(callbacks)} callbacks; messages of ours name none"
+    if job._dependency_ids:
+        return "it depends on other jobs; messages of ours depend on none (PostgreSQL keeps the order)"
+    if job.retries_left or job.repeats_left:
+        return "it asks RQ to run it again (retry or repeat); messages of ours never do (PostgreSQL decides)"
     if name != dispatch.JOB_FUNC:
         return f"it names {str(name)[:100]!r}; workers run only {dispatch.JOB_FUNC}"
     if kwargs or not 1 <= len(args) <= MOST_PER_MESSAGE or any(isinstance(a, bool) or not isinstance(a, int)
@@ -113,10 +124,14 @@ class Worker(SparseBookkeeping, SimpleWorker):
     """
 
     max_connection_wait_time = 5.0
+    job_class = dispatch.MessageJob
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["serializer"] = dispatch.SERIALIZER   # whatever the command line says: never unpickle a message
+        kwargs["job_class"] = dispatch.MessageJob    # nor call a callback a message names
         super().__init__(*args, **kwargs)
+        for queue in self.queues:   # registry clean-ups read abandoned jobs with their queue's class: ours too
+            queue.job_class = dispatch.MessageJob
 
     def execute_job(self, job, queue):
         """Run a message only if it names our job function with one task id; refuse anything else unrun.
@@ -128,7 +143,8 @@ class Worker(SparseBookkeeping, SimpleWorker):
         refusal = refused(job)
         if refusal:
             log("job_refused", job_id=job.id, queue=queue.name, reason=refusal)
-            job.webhooks = []   # RQ's failure handling would send the message's own "failed" webhooks
+            job.webhooks = []   # RQ's failure handling would send the message's own "failed" webhooks,
+            job.retries_left = job.repeats_left = None   # or enqueue it again for its retries
             self.handle_job_failure(job, queue=queue, exc_string=f"refused: {refusal}")
             # nor may RQ's clean-up of its intermediate queue fail it again a minute later, reading them anew
             queue.intermediate_queue.remove(job.id)

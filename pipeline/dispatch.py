@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import psycopg
 import redis
 from rq import Queue
+from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
@@ -40,6 +41,29 @@ STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/me
 QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
 DEFAULT_BULK_DEPTH = bulk_depths(Settings())
 RESULT_TTL = 60   # seconds a finished RQ job's record is kept (PostgreSQL holds the outcome)
+
+
+class MessageJob(Job):
+    """The job class our messages are read with (the workers', bin/rq's): RQ's, less the callbacks. Whatever a job's
+    hash in Redis names as a success, failure or stopped callback, no process of ours imports or calls it. RQ reads
+    those names back from Redis and calls them after a job, and also when it cleans up a job it finds abandoned (a
+    worker's registry maintenance, `rq info`), where the workers' refusal of foreign messages never looks. Our
+    messages name none, so nothing is lost."""
+
+    @property
+    def success_callback(self):
+        return None
+
+    @property
+    def failure_callback(self):
+        return None
+
+    @property
+    def stopped_callback(self):
+        return None
+
+
+JOB_CLASS = f"{MessageJob.__module__}.{MessageJob.__qualname__}"
 
 
 def enqueue(conn_redis: redis.Redis, rows: Iterable[dict]) -> None:

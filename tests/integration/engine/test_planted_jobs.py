@@ -9,8 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import redis
-from rq import Queue
-from rq.registry import FailedJobRegistry
+from rq import Callback, Queue, Retry
+from rq.job import Job
+from rq.registry import FailedJobRegistry, StartedJobRegistry
 from rq.serializers import DefaultSerializer
 from rq.webhook import Webhook
 
@@ -116,3 +117,53 @@ def test_a_message_asking_for_webhooks_is_refused_and_no_request_leaves_the_work
     finally:
         server.shutdown()
         server.server_close()
+
+
+CALLED: list[str] = []
+
+
+def record_call(*args, **kwargs) -> None:
+    """What a callback a planted message names would do if a worker called it."""
+    CALLED.append(repr(args)[:100])
+
+
+@pytest.mark.parametrize("asks", ["on_success", "on_failure", "on_stopped", "depends_on", "retry"])
+def test_a_message_of_ours_asking_rq_for_anything_more_is_refused_unrun(rt, redis_url, asks):
+    # given: a message naming our function and a real task id, with one more thing for RQ to act on
+    client = redis.Redis.from_url(redis_url)
+    queue = Queue("image", connection=client, serializer=dispatch.SERIALIZER)
+    extra = {"on_success": {"on_success": Callback(f"{__name__}.record_call")},
+             "on_failure": {"on_failure": Callback(f"{__name__}.record_call")},
+             "on_stopped": {"on_stopped": Callback(f"{__name__}.record_call")},
+             "depends_on": {"depends_on": queue.enqueue("os.getcwd")},
+             "retry": {"retry": Retry(max=3)}}[asks]
+    CALLED.clear()
+    job = queue.enqueue(dispatch.JOB_FUNC, 1, **extra)
+    if asks == "depends_on":   # RQ holds a dependent job back: plant it on the queue itself, as a forger would
+        queue.push_job_id(job.id)
+    # when: a worker of ours takes it
+    burst(client)
+    # then: it is refused whole, failed unrun, and no callback ran
+    assert job.id in FailedJobRegistry("image", connection=client).get_job_ids()
+    assert Job.fetch(job.id, connection=client, serializer=dispatch.SERIALIZER).get_status() == "failed"
+    assert len(queue) == 0 and job.id not in queue.get_job_ids()   # nor enqueued again for a retry
+    assert CALLED == []
+
+
+def test_a_callback_planted_in_an_abandoned_job_is_never_called_by_a_workers_clean_up(rt, redis_url):
+    # given: a job hash naming a failure callback, planted as abandoned in the started registry (RQ fails such a
+    # job when it cleans its registries, and calls its failure callback)
+    client = redis.Redis.from_url(redis_url)
+    queue = Queue("image", connection=client, serializer=dispatch.SERIALIZER)
+    job = queue.enqueue(dispatch.JOB_FUNC, 1, on_failure=Callback(f"{__name__}.record_call"))
+    queue.remove(job.id)
+    client.zadd(f"rq:wip:{queue.name}", {f"{job.id}:planted": 1})
+    client.zadd(StartedJobRegistry("image", connection=client).key, {f"{job.id}:planted": 1})
+    CALLED.clear()
+    # when: a worker of ours cleans the registries, as its maintenance does
+    worker = Worker([Queue("image", connection=client)], connection=client)
+    worker.clean_registries()
+    StartedJobRegistry("image", connection=client, job_class=worker.job_class,
+                       serializer=dispatch.SERIALIZER).cleanup(timestamp=2**31)
+    # then: the callback it names was never imported or called
+    assert CALLED == []
