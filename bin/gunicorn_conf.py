@@ -8,6 +8,11 @@ do not stop the web: it answers 503 until they are (/readyz says which).
 
 import sys
 
+# gunicorn's control socket (gunicorn 24 and later) sits at one path per user ($XDG_RUNTIME_DIR or ~/.gunicorn), so
+# every web process on a machine would share it, and stopping one removes it under the others. Nothing of ours uses
+# it: processes are managed by signals (the Procfile's supervisor, bin/dev).
+control_socket_disable = True
+
 
 def on_starting(server) -> None:
     from pipeline import servers, settings

@@ -11,6 +11,10 @@ ones on free ports in a temporary directory. The schema is migrated once into a
 template database; each test that asks for `database_url` gets a fresh copy of it,
 and each test that asks for `redis_url` gets an empty Redis database.
 
+Under pytest-xdist (`bin/test` runs `-n`), each worker process is a session of its own: its own embedded servers,
+or on servers named by the environment its own template database and Redis database number, so workers never
+see each other's data.
+
 The S3-protocol server (moto_server, a separate process on 127.0.0.1) starts the first
 time a test asks for object storage; each such test gets a bucket of its own.
 `storage_env` runs a test once on each kind of store: a local directory and a bucket.
@@ -19,6 +23,7 @@ time a test asks for object storage; each such test gets a bucket of its own.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -35,7 +40,10 @@ from bin.embedded import Postgres, S3Server, Valkey, free_port
 from pipeline import migrations, settings
 from testkit.fakeprovider import FakeProviderServer
 
-TEMPLATE = "mediapipe_template"
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw")   # this process's name under xdist: gw0, gw1...
+TEMPLATE = f"mediapipe_template_{WORKER}"
+# On a Redis named by REDIS_URL, each xdist worker takes a database number of its own (1 to 15).
+REDIS_DB = 1 + int(WORKER[2:] or 0) % 15
 pytest_plugins = ["testkit.webapp"]   # the web app's fixtures, for integration and acceptance tests
 
 
@@ -103,7 +111,8 @@ def servers(request):
             pg.start()
             admin_url = pg.url()
         if env.redis_url:
-            redis_url = env.redis_url
+            redis_url = env.redis_url if WORKER == "gw" else urlsplit(env.redis_url)._replace(
+                path=f"/{REDIS_DB}").geturl()
         else:
             vk = Valkey(base / "redis", free_port())
             vk.start()
@@ -127,7 +136,7 @@ def servers(request):
 
 
 def create_database(servers: Servers, template: str | None = TEMPLATE) -> str:
-    name = f"test_{next(_counter)}_{free_port()}"
+    name = f"test_{WORKER}_{next(_counter)}_{free_port()}"
     with psycopg.connect(servers.admin_url, autocommit=True) as conn:
         if template:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"{servers.owned_by()}')
