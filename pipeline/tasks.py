@@ -124,10 +124,9 @@ def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor
         holder = db.one(conn, "input_calls_holder", {"fingerprint": task.fingerprint})
         if holder is None or holder["task_id"] == task.id:
             return None
-        live = holder["held_until"] > now
-        wait = (holder["held_until"] - now).total_seconds() + 1 if live else cfg.lease_seconds
+        wait = policy.input_wait_seconds(holder["held_until"], now=now, lease_seconds=cfg.lease_seconds)
         error = WaitingForInput(f"task {holder['task_id']} ({holder['holder_status']}) is making the same input",
-                                retry_after=max(1.0, wait))
+                                retry_after=wait)
         return fail_attempt_in(conn, task, error, cfg, actor=actor, now=now)
 
 
