@@ -1,13 +1,17 @@
 """A task whose input another task holds parks behind it without spending an attempt until the holder is done,
-however long that takes: a batch line holds its input until its task's deadline (pipeline.tasks.wait_for_input)."""
+however long that takes: a batch line holds its input until its task's deadline (pipeline.tasks.wait_for_input,
+pipeline.batches.LineSettlement)."""
 
+import threading
 from datetime import datetime, timezone
 
 import pytest
 
 from pipeline import batches, db, storage, tasks, versions
 from pipeline.core.content import parse_draft
-from testkit.helpers import claim, make_settings, task_rows
+from pipeline.core.errors import WaitingForInput
+from pipeline.db import connect
+from testkit.helpers import claim, make_settings, task_rows, wait_until
 
 BATCH = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "http://127.0.0.1:9", "IMAGE_API_KEY": "sk-test-image",
          "IMAGE_DAILY_BUDGET": "unlimited", "IMAGE_BULK_BACKEND": "batch"}
@@ -45,3 +49,35 @@ def test_a_task_whose_input_is_in_a_batch_waits_for_it_spending_no_attempt_inste
     row = db.one(conn, "tasks_get", {"task_id": twin.task.id})
     assert (parked.to.value, row["status"], row["waiting_for"], row["attempts"]) == ("retry", "retry", "input", 0)
     assert row["available_at"] == row["deadline_at"]
+
+
+def test_a_task_parking_while_the_line_it_waits_for_is_settled_is_woken_by_the_settlement(conn, cfg):
+    # given: a line in its batch, and a task with the same input claimed
+    holder = bulk_image(conn, cfg, "A lake at noon.")
+    line = in_a_batch_line(conn, cfg, holder["id"])
+    twin = claim(cfg, bulk_image(conn, cfg, "A lake at noon.")["id"], worker="w2").task
+    with connect(cfg.database_url, autocommit=True) as batcher:
+        pid = batcher.info.backend_pid
+
+        def settle():
+            with batcher.transaction():
+                batches.LineSettlement(line, "cancelled").write(batcher)
+        settling = threading.Thread(target=settle)
+        # when: the line is settled while the task parks (wait_for_input's transaction, step by step): the
+        # settlement's release waits for the lock the park holds on the hold, from a snapshot taken before it
+        with conn.transaction():
+            assert db.one(conn, "input_calls_holder", {"fingerprint": twin.fingerprint})["task_id"] == holder["id"]
+            settling.start()
+            wait_until(lambda: conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                            (pid,)).fetchone()["wait_event_type"] == "Lock",
+                       message="the settlement waiting for the park's lock")
+            tasks.fail_attempt_in(conn, twin, WaitingForInput(f"task {holder['id']} is making the same input",
+                                                              retry_after=3600), cfg, actor="w2",
+                                  now=datetime.now(timezone.utc))
+        settling.join(10)
+    # then: the task is due now, its message with it, to reuse what the line made or to take the input itself
+    row = db.one(conn, "tasks_get", {"task_id": twin.id})
+    due = conn.execute("SELECT bool_and(available_at <= now()) AS due FROM outbox WHERE task_id = %s "
+                       "AND sent_at IS NULL", (twin.id,)).fetchone()["due"]
+    assert (row["status"], row["waiting_for"]) == ("retry", "input")
+    assert row["available_at"] <= datetime.now(timezone.utc) and due
