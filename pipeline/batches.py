@@ -85,7 +85,8 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
 @dataclass
 class LineSettlement:
     """What settling one line writes with the task's outcome: the line's outcome, its ledger
-    row and its booking's settlement (to the reported figure) or refund, and the input hold's release."""
+    row and its booking's settlement (to the reported figure) or refund, and the input hold's release, which
+    wakes the tasks waiting for the input."""
 
     line: dict
     outcome: str
@@ -107,6 +108,7 @@ class LineSettlement:
         db.execute(conn, "batch_lines_settle", {"id": line["id"], "outcome": self.outcome})
         db.execute(conn, "input_calls_release", {"fingerprint": line["fingerprint"],
                                                  "lease_token": line["lease_token"]})
+        tasks.wake_input_waiters_in(conn, line["fingerprint"])   # a waiter parked while the release waited for it
 
 
 def _task(line: dict) -> Task:

@@ -201,7 +201,7 @@ DIAGNOSIS_WORDS = {
     "running": _l("running on %(worker)s, last heartbeat %(heartbeat_age)s s ago"),
     "starting": _l("claimed by %(worker)s, no heartbeat yet"),
     "waiting_for_dependency": _l("waiting for %(kind)s task %(task_id)s (%(status)s)"),
-    "waiting_for_input": _l("waiting for another task that makes the same input, until %(until)s"),
+    "waiting_for_input": _l("waiting for another task that makes the same input: its end wakes it (at the latest %(until)s)"),
     "waiting_for_budget": _l("waiting for the provider's budget, until %(until)s"),
     "waiting_for_slot": _l("waiting for a free call slot: the next one to free wakes it (at the latest %(until)s)"),
     "backing_off": _l("backing off until %(until)s (attempt %(attempt)s of %(max_attempts)s)"),

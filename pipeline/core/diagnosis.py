@@ -30,7 +30,7 @@ class Diagnosis:
             "running": "running on {worker}, last heartbeat {heartbeat_age} s ago",
             "starting": "claimed by {worker}, no heartbeat yet",
             "waiting_for_dependency": "waiting for {kind} task {task_id} ({status})",
-            "waiting_for_input": "waiting for another task that makes the same input, until {until}",
+            "waiting_for_input": "waiting for another task that makes the same input: its end wakes it (at the latest {until})",
             "waiting_for_budget": "waiting for the provider's budget, until {until}",
             "waiting_for_slot": "waiting for a free call slot: the next one to free wakes it (at the latest {until})",
             "backing_off": "backing off until {until} (attempt {attempt} of {max_attempts})",

@@ -12,12 +12,13 @@ import random
 from datetime import datetime, timedelta
 
 from pipeline.core.errors import (Ambiguous, Busy, Cancelled, LeaseLost, ModelGone, Permanent, ProviderError, Refused,
-                                  SlotsBusy, Transient)
+                                  SlotsBusy, Transient, WaitingForInput)
 from pipeline.core.outcome import Outcome, Reason
 from pipeline.core.records import clip
 from pipeline.core.states import TaskStatus
 
 WAITS = {"input": Reason.WAITING_INPUT, "budget": Reason.BUDGET}   # Busy subclasses' `waiting_for`
+WOKEN = (SlotsBusy, WaitingForInput)   # waits a release ends (a slot freed, the input's holder done), not a timer
 
 
 def backoff_seconds(attempt: int, base: float, cap: float, rng: random.Random) -> float:
@@ -64,7 +65,7 @@ def after_failure(error: Exception, *, attempts: int, max_attempts: int, now: da
         return _with(Outcome(TaskStatus.FAILED, Reason.PERMANENT_ERROR, message, dead_letter="permanent error"), details)
     if isinstance(error, Busy):
         at = now + timedelta(seconds=max(0.0, error.retry_after))
-        if isinstance(error, SlotsBusy) and at >= deadline:   # a freed slot may wake it before the deadline
+        if isinstance(error, WOKEN) and at >= deadline:   # its release may wake it any moment before the deadline
             at = deadline
         elif at >= deadline:
             return _with(Outcome(TaskStatus.FAILED, Reason.DEADLINE_PASSED, message,
@@ -78,6 +79,17 @@ def after_failure(error: Exception, *, attempts: int, max_attempts: int, now: da
     decided = retry_or_fail(message, attempts=attempts, max_attempts=max_attempts, now=now, deadline=deadline,
                             base=base, cap=cap, rng=rng)
     return _with(decided, details)
+
+
+def input_wait_seconds(held_until: datetime, *, now: datetime, lease_seconds: float) -> float:
+    """How long a task parks behind the holder of its input before it looks again by itself: a second past the
+    hold's end, or a lease when the hold has run out and its holder is still to be decided; at least a second.
+
+    The holder's release wakes it sooner, whoever holds the input: a synchronous call's hold runs a lease at a time
+    (heartbeats renew it), a batch line's lasts until its task's deadline. `after_failure` ends the wait at the
+    waiter's own deadline instead of failing it before (`WOKEN`)."""
+    wait = lease_seconds if held_until <= now else (held_until - now).total_seconds() + 1
+    return max(1.0, wait)
 
 
 def _with(outcome: Outcome, details: dict) -> Outcome:

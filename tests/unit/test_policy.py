@@ -67,6 +67,24 @@ def test_a_wait_for_a_slot_lasts_at_most_to_the_deadline_instead_of_failing_befo
         TaskStatus.RETRY, NOW + timedelta(seconds=20), "slot", True)
 
 
+def test_a_wait_for_an_input_lasts_at_most_to_the_deadline_instead_of_failing_before_it():
+    # a batch line holds its input until its own task's deadline, which may come after the waiter's: the holder's
+    # release wakes the waiter before; at its deadline the claim (or the reconciler) fails it
+    waited = after(WaitingForInput("task 7 (running) is making the same input", retry_after=90_000),
+                   deadline=NOW + timedelta(hours=25))
+    assert (waited.to, waited.code, waited.available_at, waited.waiting_for, waited.refund_attempt) == (
+        TaskStatus.RETRY, Reason.WAITING_INPUT, NOW + timedelta(hours=25), "input", True)
+    assert waited.dead_letter is None
+
+
+def test_a_task_parked_behind_its_inputs_holder_looks_again_a_second_after_the_hold_ends():
+    wait = policy.input_wait_seconds
+    assert wait(NOW + timedelta(seconds=20), now=NOW, lease_seconds=30) == 21      # a call's hold, a lease at most
+    assert wait(NOW + timedelta(hours=25), now=NOW, lease_seconds=30) == 25 * 3600 + 1   # a batch line's
+    assert wait(NOW - timedelta(seconds=5), now=NOW, lease_seconds=30) == 30   # ran out, the holder not yet decided
+    assert wait(NOW - timedelta(seconds=5), now=NOW, lease_seconds=0.5) == 1.0
+
+
 def test_an_ambiguous_answer_is_safe_to_repeat_only_from_a_provider_that_honours_keys():
     ambiguous = Ambiguous("read timeout", http_status=None)
     assert policy.as_decided(ambiguous, honours_idempotency_key=False) is ambiguous

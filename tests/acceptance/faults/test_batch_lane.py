@@ -266,3 +266,56 @@ def test_a_refused_prompt_is_not_sent_again_unchanged_until_a_person_asks(system
     system.dispatch()
     wait_until(lambda: fake.calls_for(idempotency_key(second["fingerprint"], second["id"])).requests == 1,
                timeout=30, message="the call a person asked for")
+
+
+def test_a_repeated_input_waits_for_its_batch_line_and_reuses_the_asset_without_spending_an_attempt(system, fake):
+    # given: leases of 1 s, retries within half a second, and batches that stay in progress for 8 s
+    system = system.with_env(**BATCH, LEASE_SECONDS="1", HEARTBEAT_SECONDS="0.3")
+    fake.batch.script.seconds = 8
+    # and three lessons saved within a second, the last block of each repeating the first of the lesson before
+    lessons = []
+    for n in range(3):
+        texts = [f"Lesson {n}, part {j}: the water cycle." for j in range(4)]
+        if n:
+            texts[-1] = f"Lesson {n - 1}, part 0: the water cycle."
+        lessons.append(bulk_lesson(system, texts=texts))
+    # when: the workers, the batcher and the reconciler run
+    start(system)
+    system.workers.append(system._spawn([str(system_root() / "bin" / "reconcile"), "--loop", "0.5"], "reconciler"))
+    media = [all_settled(system, content, timeout=60, kinds=("image", "tts")) for content in lessons]
+    # then: nothing failed for waiting, and every lesson is deliverable
+    assert [(r["id"], r["status"], r["attempts"], r["last_error"]) for rows in media for r in rows
+            if r["status"] != "succeeded"] == []
+    settled = [all_settled(system, content, timeout=30) for content in lessons]
+    assert [{r["status"] for r in rows} for rows in settled] == [{"succeeded"}] * 3
+    image_rows = [r for rows in settled for r in rows if r["kind"] == "image"]
+    ids = [r["id"] for r in image_rows]
+    with system.db() as conn:
+        lines = conn.execute("SELECT task_id, fingerprint FROM batch_lines").fetchall()
+        parks = conn.execute("SELECT task_id, count(*)::int AS n, min(at) AS at FROM events WHERE to_status = 'retry' "
+                             "AND reason LIKE 'busy (WaitingForInput:%%' AND task_id = ANY(%s) GROUP BY 1", (ids,)
+                             ).fetchall()
+        ended = conn.execute("SELECT task_id, at FROM events WHERE to_status = 'succeeded' AND task_id = ANY(%s)",
+                             (ids,)).fetchall()
+        most = conn.execute("SELECT max(attempt)::int AS n FROM events WHERE task_id = ANY(%s)", (ids,)).fetchone()["n"]
+        reused = conn.execute("SELECT task_id FROM provider_calls WHERE outcome = 'reused' AND task_id = ANY(%s)",
+                              (ids,)).fetchall()
+    # one batch line per distinct input, each run once at the provider
+    assert len(lines) == len({line["fingerprint"] for line in lines}) == len({r["fingerprint"] for r in image_rows}) == 10
+    holders = {line["fingerprint"]: line["task_id"] for line in lines}
+    assert executions(fake, image_rows) == [int(r["id"] == holders[r["fingerprint"]]) for r in image_rows]
+    waiters = [r for r in image_rows if holders[r["fingerprint"]] != r["id"]]
+    assert len(waiters) == 2
+    parked = {p["task_id"]: p for p in parks}
+    done_at = {e["task_id"]: e["at"] for e in ended}
+    by_id = {r["id"]: r for r in image_rows}
+    for waiter in waiters:
+        # it parked while its holder's line was in a batch, and its holder's settlement woke it (not a timer) ...
+        assert waiter["id"] in parked and parked[waiter["id"]]["n"] <= 2
+        # ... after longer than its lease and retry windows (LEASE_SECONDS 1 + BACKOFF_CAP_SECONDS 0.5)
+        assert (done_at[waiter["id"]] - parked[waiter["id"]]["at"]).total_seconds() > 1.5
+        # ... spent no attempt waiting, and reused the holder's asset without a paid call of its own
+        assert waiter["attempts"] == 1
+        assert waiter["asset_sha256"] == by_id[holders[waiter["fingerprint"]]]["asset_sha256"]
+    assert most == 1                                              # no image task ever ran a second attempt
+    assert sorted(r["task_id"] for r in reused) == sorted(w["id"] for w in waiters)
