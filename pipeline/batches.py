@@ -92,7 +92,7 @@ class LineSettlement:
     outcome: str
     ledger_row: dict | None = None
     reported: float | None = None
-
+    releases_input: bool = True   # False: the line's call may have been paid and its result is unknown
     def write(self, conn: psycopg.Connection) -> None:
         line = self.line
         booking = None if line["booked_provider"] is None else spend.Booking(
@@ -106,6 +106,8 @@ class LineSettlement:
             else:
                 spend.refund_in(conn, booking)
         db.execute(conn, "batch_lines_settle", {"id": line["id"], "outcome": self.outcome})
+        if not self.releases_input:   # as for a synchronous call: an unknown outcome keeps its input, so a task with
+            return                    # the same input waits instead of paying for it a second time
         db.execute(conn, "input_calls_release", {"fingerprint": line["fingerprint"],
                                                  "lease_token": line["lease_token"]})
         tasks.wake_input_waiters_in(conn, line["fingerprint"])   # a waiter parked while the release waited for it
@@ -263,7 +265,7 @@ class Batcher:
         self._settle_failure(line, error, outcome, dict(record, outcome=error.ledger_outcome, cost=0.0))
 
     def _settle_failure(self, line: dict, error: Exception, outcome: str, ledger_row: dict | None) -> None:
-        also = LineSettlement(line, outcome, ledger_row)
+        also = LineSettlement(line, outcome, ledger_row, releases_input=not isinstance(error, Ambiguous))
         try:
             with self.conn.pipeline(), self.conn.transaction():
                 tasks.fail_attempt_in(self.conn, _task(line), error, self.cfg, actor=ACTOR, now=self.clock())

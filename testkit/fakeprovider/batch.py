@@ -17,7 +17,8 @@ A batch's lines run when it is asked about after `seconds` have passed (FakeBatc
 checked against the image contract like a synchronous call and executed (counted per `custom_id`, the
 task's idempotency key, with the synchronous calls' counters), or refused in the error file.
 `expire_after` lines, the batch `expired` with the rest of its lines in the error file
-(`batch_expired`); `server_error_every` n-th line answers 500; a prompt containing `refuse_word` is
+(`batch_expired`); `server_error_every` n-th line answers 500; `unusable_every` n-th line is run (and charged)
+but answers bytes that are no image; a prompt containing `refuse_word` is
 refused by the safety system (400 `moderation_blocked`), as it is on the synchronous endpoint;
 `fail_validation` batches fail validation as a full enqueued-token quota fails them (the "Batch API"
 guide's rate limits: a batch past the organization's enqueued-token limit is refused; the error seen in the
@@ -58,6 +59,7 @@ class FakeBatchScript:
     seconds: float = 0.2                 # from create to completed
     expire_after: int | None = None      # lines run before the batch expires (None: it completes)
     server_error_every: int | None = None   # every n-th line answers 500 (None: none)
+    unusable_every: int | None = None    # every n-th line is run (and charged) but answers bytes that are no image
     refuse_word: str = "FORBIDDEN"       # a prompt containing it is refused by the safety system
     fail_validation: int = 0             # the next n batches fail validation (the organization's queue is full)
 
@@ -277,6 +279,8 @@ class BatchAPI:
                 continue
             number_executed = self._execute(custom_id)
             image = tiny_image(number_executed, body.get("output_format", "png"))
+            if self.script.unusable_every and number % self.script.unusable_every == 0:
+                image = b"not an image at all"
             answer = {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(image).decode()}],
                       "usage": usage(body)}
             out.append({"id": self._id("batch_req"), "custom_id": custom_id,

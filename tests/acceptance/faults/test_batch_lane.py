@@ -319,3 +319,27 @@ def test_a_repeated_input_waits_for_its_batch_line_and_reuses_the_asset_without_
         assert waiter["asset_sha256"] == by_id[holders[waiter["fingerprint"]]]["asset_sha256"]
     assert most == 1                                              # no image task ever ran a second attempt
     assert sorted(r["task_id"] for r in reused) == sorted(w["id"] for w in waiters)
+
+
+def test_a_line_whose_paid_answer_is_unusable_keeps_its_input_so_a_repeat_waits_instead_of_paying_again(system,
+                                                                                                         fake):
+    # given: batches whose first line is run (and charged) but answers bytes that are no image
+    system = system.with_env(**BATCH)
+    fake.batch.script.unusable_every = 1
+    first = bulk_lesson(system, texts=["The water cycle, once."])
+    start(system)
+    holder = wait_until(lambda: next((r for r in images(system, first) if r["status"] == "unknown"), None),
+                        timeout=60, message="the holder's outcome is unknown")
+    # when: a lesson repeating that input is saved after the unknown outcome
+    fake.batch.script.unusable_every = None
+    second = bulk_lesson(system, texts=["The water cycle, once.", "Another part."])
+    wait_until(lambda: images(system, second)[1]["status"] == "succeeded", timeout=60,
+               message="the other part of the second lesson succeeded")
+    # then: the repeat waits for a person's decision about the first call; it made no line and no call of its own
+    repeat = images(system, second)[0]
+    assert repeat["status"] in ("ready", "retry") and repeat["attempts"] == 0, repeat
+    with system.db() as conn:
+        lines = conn.execute("SELECT task_id FROM batch_lines WHERE fingerprint = %s", (holder["fingerprint"],)
+                             ).fetchall()
+    assert [line["task_id"] for line in lines] == [holder["id"]]
+    assert executions(fake, [holder, repeat]) == [1, 0]
