@@ -249,6 +249,9 @@ def keys_main(argv: list[str]) -> int:
     create.add_argument("--owner", required=True, help="who holds the key; named in every recorded action")
     create.add_argument("--role", required=True, choices=("editor", "reviewer", "admin", "delivery"),
                         help="delivery: reads approved deliveries only (an integration that fetches bundles)")
+    create.add_argument("--same-person", action="store_true", help=(
+        "the owner already holds a key of another role and this is meant (refused without it: the four-eyes "
+        "rule compares people, so one person's editor and reviewer keys must be made knowingly)"))
     sub.add_parser("list", help="list keys by id (nothing of the keys themselves is stored)")
     revoke = sub.add_parser("revoke", help="revoke a key by id; its UI sessions end at once")
     revoke.add_argument("key_id", type=int)
@@ -261,7 +264,7 @@ def keys_main(argv: list[str]) -> int:
     from pipeline.core.errors import InvalidInput, NotFound
     def work(conn) -> None:
         if args.command == "create":
-            info, token = keys.create(conn, args.owner, args.role)
+            info, token = keys.create(conn, args.owner, args.role, same_person=args.same_person)
             print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")
             print(token)
         elif args.command == "list":

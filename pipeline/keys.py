@@ -19,6 +19,7 @@ import psycopg
 
 from pipeline import db
 from pipeline.core.errors import InvalidInput, NotFound
+from pipeline.core.people import person
 
 ROLES = ("editor", "reviewer", "admin", "delivery")
 TOKEN_PREFIX = "mp_"
@@ -69,7 +70,7 @@ def new_token() -> str:
 
 
 def _check(owner: str, role: str) -> str:
-    owner = (owner or "").strip()
+    owner = person(owner)
     if not 1 <= len(owner) <= 100:
         raise InvalidInput("owner must be 1 to 100 characters, e.g. an e-mail address", field="owner")
     if role not in ROLES:
@@ -82,11 +83,22 @@ def _insert(conn: psycopg.Connection, owner: str, role: str, token: str) -> KeyI
     return KeyInfo(**row)
 
 
-def create(conn: psycopg.Connection, owner: str, role: str) -> tuple[KeyInfo, str]:
-    """A new key for `owner` with `role`; returns its record and the token (shown once, never stored)."""
+def create(conn: psycopg.Connection, owner: str, role: str, *, same_person: bool = False) -> tuple[KeyInfo, str]:
+    """A new key for `owner` with `role`; returns its record and the token (shown once, never stored).
+
+    An owner who already holds a live key of another role is refused unless `same_person` says it is meant: with
+    an editor's and a reviewer's key one person could save and approve, which the four-eyes rule compares by
+    person, so both keys must be seen to be one person's."""
     owner = _check(owner, role)
     token = new_token()
     with conn.transaction():
+        db.execute(conn, "api_keys_lock")
+        others = sorted({k.role for k in list_keys(conn) if k.revoked_at is None and person(k.owner) == owner
+                         and k.role != role})
+        if others and not same_person:
+            raise InvalidInput(f"{owner} already holds a live key as {', '.join(others)}; a key of another role for "
+                               f"the same person is made only when asked for (bin/keys create --same-person)",
+                               field="owner")
         return _insert(conn, owner, role, token), token
 
 

@@ -19,6 +19,7 @@ from pipeline import bundle, db, events, tasks, versions
 from pipeline.core import lanes
 from pipeline.core.delivery import ApprovalBlocker, approval_blockers, delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
+from pipeline.core.people import same_person
 from pipeline.core.states import TaskKind, TaskStatus, check_transition
 from pipeline.settings import Settings
 
@@ -65,7 +66,7 @@ def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: s
         saved = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
         if content is None or saved is None:
             raise NotFound(f"content {content_id} has no version {version}")
-        if not allow_self and (saved["saved_by"] == actor or (key_id and saved["saved_by_key"] == key_id)):
+        if not allow_self and (same_person(saved["saved_by"], actor) or (key_id and saved["saved_by_key"] == key_id)):
             raise Conflict(f"version {version} was saved by {saved['saved_by']}; another person must approve it "
                            "(ALLOW_SELF_APPROVAL=true lifts this rule)", code="self_approval",
                            details={"saved_by": saved["saved_by"]})

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from pipeline import signins
+from pipeline import keys, signins
+from pipeline.core.errors import InvalidInput
 from testkit.helpers import lesson
 from testkit.pages import csrf_of, page
 from testkit.webapp import Api, make_app
@@ -52,6 +53,32 @@ def test_the_key_that_saved_a_version_may_not_approve_it(database_url, redis_url
     assert refused.status_code == 409 and refused.json["error"]["code"] == "self_approval"
     assert api.get(f"/api/contents/{created['content_id']}/delivery", role="reviewer").status_code == 409
     assert api.approve(created, role="reviewer").status_code == 200
+
+
+def test_the_same_person_under_another_letter_case_may_not_approve_what_they_saved(database_url, redis_url,
+                                                                                   media_dir, conn, work):
+    # given: one person holding an editor's key and, made knowingly, a reviewer's key typed in capitals
+    app = make_app(database_url, redis_url, media_dir, DEMO_MODE="false")
+    editor = keys.create(conn, "alice@example.com", "editor")[1]
+    reviewer = keys.create(conn, "ＡＬＩＣＥ@Example.com ", "reviewer", same_person=True)[1]
+    other = keys.create(conn, "bob@example.com", "reviewer")[1]
+    api = Api(app.test_client(), {"editor": editor, "reviewer": reviewer, "other": other})
+    created = api.create(1, role="editor")
+    work.until_idle()
+    # then: four eyes compare people, not strings
+    refused = api.approve(created, role="reviewer")
+    assert refused.status_code == 409 and refused.json["error"]["code"] == "self_approval"
+    assert api.approve(created, role="other").status_code == 200
+
+
+def test_a_key_of_another_role_for_an_owner_who_holds_one_is_made_only_when_asked(conn):
+    keys.create(conn, "carol@example.com", "editor")
+    with pytest.raises(InvalidInput, match="already holds a live key as editor.*--same-person"):
+        keys.create(conn, "Carol@Example.com", "reviewer")
+    made, _ = keys.create(conn, "Carol@Example.com", "reviewer", same_person=True)
+    assert made.owner == "carol@example.com"          # stored as it is compared
+    keys.create(conn, "dave@example.com", "editor")
+    keys.create(conn, "DAVE@example.com", "editor")    # a second key of the same role is no new risk
 
 
 def test_self_approval_is_allowed_when_the_operator_says_so(database_url, redis_url, media_dir, tokens, work):
