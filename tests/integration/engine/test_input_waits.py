@@ -13,6 +13,8 @@ from pipeline.core.errors import WaitingForInput
 from pipeline.db import connect
 from testkit.helpers import claim, make_settings, task_rows, wait_until
 
+pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
+
 BATCH = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "http://127.0.0.1:9", "IMAGE_API_KEY": "sk-test-image",
          "IMAGE_DAILY_BUDGET": "unlimited", "IMAGE_BULK_BACKEND": "batch"}
 
