@@ -16,7 +16,7 @@ from bin.embedded import ServerError, Valkey, free_port
 from pipeline.core import prices
 from testkit.fakeprovider import FakeProviderServer
 from testkit.fakeprovider.batch import usage
-from testkit.helpers import lesson, wait_until
+from testkit.helpers import wait_until
 from testkit.system import ROOT
 
 
@@ -76,8 +76,9 @@ def test_bin_dev_with_only_provider_url_key_and_budget_turns_a_lesson_into_paid_
         try:
             base = f"http://127.0.0.1:{port}"
             wait_until(lambda: _answers(f"{base}/readyz"), timeout=120, message="bin/dev's web answering /readyz")
-            # when: an editor saves a three-block lesson
-            saved = requests.post(f"{base}/api/contents", json=lesson(3), timeout=10, headers={"X-API-Key": admin_key})
+            # when: the seed demo's lesson is made (README: POST /api/jobs)
+            saved = requests.post(f"{base}/api/jobs", json={"theme": "校园生活"}, timeout=10,
+                                  headers={"X-API-Key": admin_key})
             assert saved.status_code == 202, saved.text
             content_id = saved.json()["content_id"]
             # then: every image and narration succeeds through the fake, with the backend's own models
@@ -90,11 +91,18 @@ def test_bin_dev_with_only_provider_url_key_and_budget_turns_a_lesson_into_paid_
             # the narration from its minutes, each at the catalogue's prices
             spent = requests.get(f"{base}/api/spend", timeout=10, headers={"X-API-Key": admin_key}).json()
             by_provider = {p["provider"]: p for p in spent["providers"]}
-            images = [r.body for r in fake.recorded if r.endpoint == "image"]
-            image = prices.image_reported("gpt-image-2.6-sunburst", usage(images[0]))   # what the fake reported
-            assert by_provider["openai-image"]["spent_today"] == pytest.approx(3 * image, rel=1e-3)
+            reported = [prices.image_reported("gpt-image-2.6-sunburst", usage(r.body))   # what the fake reported
+                        for r in fake.recorded if r.endpoint == "image"]
+            assert by_provider["openai-image"]["spent_today"] == pytest.approx(sum(reported), rel=1e-3)
             assert 0 < by_provider["openai-tts"]["spent_today"] < 0.01
             assert by_provider["openai-image"]["daily_budget"] == by_provider["openai-tts"]["daily_budget"] == 5
+            # and: the demo's flow goes on to approval and delivery
+            status_url = saved.json()["status_url"]
+            approved = requests.post(f"{base}{status_url}/approve", timeout=10, headers={"X-API-Key": admin_key})
+            assert approved.status_code == 200, approved.text
+            delivered = requests.get(f"{base}/api/contents/{content_id}/delivery", timeout=10,
+                                     headers={"X-API-Key": admin_key})
+            assert delivered.status_code == 200 and delivered.json()["version"] == 1, delivered.text
         finally:
             os.killpg(dev.pid, signal.SIGINT)
             try:
