@@ -6,13 +6,14 @@ The delivery, in the API and on its page, carries the signed, expiring media lin
 
 from __future__ import annotations
 
+import itertools
 from flask import Blueprint, Response, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_babel import gettext
 from werkzeug.datastructures import MultiDict
 
 from pipeline import demo, overview, review, versions
 from pipeline.core import lanes
-from pipeline.core.content import LIMITS, download_name, parse_draft
+from pipeline.core.content import LIMITS, MAX_BLOCKS, download_name, parse_draft
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.core.states import MEDIA_KINDS
 from pipeline.log import log
@@ -191,18 +192,22 @@ def delivery(content_id: int):
 
 
 def form_blocks(form: MultiDict) -> list[dict]:
-    """Block rows from the editor's parallel lists; fully blank rows are dropped, missing keys filled."""
+    """Block rows from the editor's parallel lists; fully blank rows are dropped, missing keys filled from a counter.
+
+    Rows over MAX_BLOCKS are counted, not filled: InvalidInput names how many came, before any work on them."""
     keys, texts, prompts = (form.getlist(name) for name in ("block_key", "block_text", "block_prompt"))
-    rows, used = [], {k.strip() for k in keys if k.strip()}
-    for i, text in enumerate(texts):
-        key = keys[i].strip() if i < len(keys) else ""
-        prompt = prompts[i].strip() if i < len(prompts) else ""
-        if not key and not text.strip() and not prompt:
-            continue
-        if not key:
-            key = next(f"b{n}" for n in range(1, 10_000) if f"b{n}" not in used)
-            used.add(key)
-        rows.append({"key": key, "text": text, "image_prompt": prompt or None})
+
+    def cell(values: list[str], i: int) -> str:
+        return values[i].strip() if i < len(values) else ""
+
+    filled = [i for i, text in enumerate(texts) if text.strip() or cell(keys, i) or cell(prompts, i)]
+    if len(filled) > MAX_BLOCKS:
+        raise InvalidInput(f"{len(filled)} blocks; the limit is {MAX_BLOCKS}", field="blocks")
+    rows, used, numbers = [], {cell(keys, i) for i in filled} - {""}, itertools.count(1)
+    for i in filled:
+        key = cell(keys, i) or next(f"b{n}" for n in numbers if f"b{n}" not in used)
+        used.add(key)
+        rows.append({"key": key, "text": texts[i], "image_prompt": cell(prompts, i) or None})
     return rows
 
 
@@ -228,11 +233,17 @@ def reuse_summary(board: dict) -> str:
 
 def _save_form(content_id: int | None):
     need("edit")
-    body = form_draft(request.form)
     raw_base = request.form.get("base_version")
     base = None if not raw_base else inputs.whole(raw_base, "base_version", low=1, high=inputs.MAX_VERSION,
                                                   what="a version number")
     content = overview.content(get_conn(), content_id) if content_id else None
+    try:
+        body = form_draft(request.form)
+    except InvalidInput as exc:   # more rows than a version may have: nothing of them is worked on or shown again
+        body = {**form_draft(MultiDict({k: request.form.get(k, "") for k in ("title", "locale", "theme")})),
+                "blocks": [], "base_version": base}
+        return render_template("editor.html", form=body, content=content, limits=LIMITS,
+                               error=refusal(gettext("Not saved"), exc), field=exc.field), 422
     try:
         inputs.check_storable(body)
         saved = versions.save(get_conn(), parse_draft(body), settings(), actor=g.user.owner,
