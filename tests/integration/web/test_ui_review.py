@@ -3,7 +3,10 @@ page and its bulk actions, the contents search, all through the signed-in UI."""
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.core.errors import Ambiguous, Permanent
+from testkit.helpers import claim
 from testkit.pages import page, post, sign_in
 
 
@@ -103,3 +106,24 @@ def test_the_contents_page_searches_and_pages(app, tokens, api):
     assert "家庭" in html and "Campus life" not in html and 'data-total="1"' in html
     assert "Nothing matches this search." in page(client, "/?q=nothing-like-this")
     assert 'data-total="3"' in page(client, "/")
+
+
+@pytest.mark.server_major   # it claims a task as a worker does (attempt_claim)
+def test_the_board_says_cancel_requested_while_a_call_runs_and_cancelled_once_nothing_does(app, tokens, api, work):
+    # given: a version whose first image a worker holds, mid-call
+    created = api.create(1)
+    running = api.tasks_of(created)["image:b1"]
+    assert claim(work.settings, running["id"]) is not None
+    # when: an editor cancels it
+    assert api.post(created["status_url"] + "/cancel", role="editor").status_code in (200, 202)
+    client = app.test_client()
+    sign_in(client, tokens["editor"])
+    board = page(client, f"/contents/{created['content_id']}/versions/1")
+    # then: the board says the cancel is asked, not done, while the call runs
+    assert 'data-cancel="cancelling"' in board and "cancel requested by editor@example.com" in board
+    assert "cancelled by" not in board
+    # and: a version with nothing running says it is cancelled
+    other = api.create(1)
+    assert api.post(other["status_url"] + "/cancel", role="editor").status_code in (200, 202)
+    board = page(client, f"/contents/{other['content_id']}/versions/1")
+    assert 'data-cancel="cancelled"' in board and "cancelled by editor@example.com" in board
