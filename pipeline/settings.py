@@ -162,6 +162,7 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)   # Bearer token for /metrics
     key_max_pending_tasks: int = 2_000         # pending tasks one key's saves may hold
     key_saves_per_minute: int = 60             # saves one key may make per minute
+    bulk_save_blocks: int = 50                 # a save of more blocks runs in the bulk lane (pipeline/core/lanes.py)
     lab_api_key: str | None = field(default=None, repr=False)
     content_budget: float | None = None    # spend limit per content, in the unit of *_COST_PER_CALL
     key_daily_spend: float | None = None   # what one API key's actions may book per UTC day (pipeline/keyspend.py)
@@ -491,6 +492,7 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
         "metrics_token": ("METRICS_TOKEN", _secret("METRICS_TOKEN")),
         "key_max_pending_tasks": ("KEY_MAX_PENDING_TASKS", _int("KEY_MAX_PENDING_TASKS", 1, 100_000_000)),
         "key_saves_per_minute": ("KEY_SAVES_PER_MINUTE", _int("KEY_SAVES_PER_MINUTE", 1, 1_000_000)),
+        "bulk_save_blocks": ("BULK_SAVE_BLOCKS", _int("BULK_SAVE_BLOCKS", 1, 100_000)),
         "lab_api_key": ("LAB_API_KEY", _secret("LAB_API_KEY")),
         "content_budget": ("CONTENT_BUDGET", _float("CONTENT_BUDGET", 0, 1e9)),
         "key_daily_spend": ("KEY_DAILY_SPEND", _budget("KEY_DAILY_SPEND")),

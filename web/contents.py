@@ -45,13 +45,14 @@ def _save(content_id: int | None) -> Response:
     key = inputs.idempotency_key()
     base = inputs.base_version(body) if content_id is not None else None
     draft = parse_draft(body)
-    lane = lanes.parse_priority(body.get("priority", lanes.INTERACTIVE))   # "bulk": an import, behind editors
+    lane, why = lanes.save_lane(body.get("priority"), len(draft.blocks), bulk_from=settings().bulk_save_blocks,
+                                may_insist=g.principal.may("admin"))   # "bulk": an import, behind editors
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
                           base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane, send_at_once=True)
     log("saved", content_id=saved.content_id, version=saved.version, created=saved.created, lane=lane,
         outbox_ids=list(saved.outbox_ids))
     send_fast(saved.outbox_ids)
-    return accepted(saved)
+    return accepted(saved, priority=saved.lane, **({"priority_reason": why} if why else {}))
 
 
 @api.get("/contents")
@@ -246,8 +247,10 @@ def _save_form(content_id: int | None):
                                error=refusal(gettext("Not saved"), exc), field=exc.field), 422
     try:
         inputs.check_storable(body)
-        saved = versions.save(get_conn(), parse_draft(body), settings(), actor=g.user.owner,
-                              content_id=content_id, base_version=base, key_id=g.user.key_id, send_at_once=True)
+        draft = parse_draft(body)
+        lane, _ = lanes.save_lane(None, len(draft.blocks), bulk_from=settings().bulk_save_blocks, may_insist=False)
+        saved = versions.save(get_conn(), draft, settings(), actor=g.user.owner, content_id=content_id,
+                              base_version=base, key_id=g.user.key_id, lane=lane, send_at_once=True)
     except (InvalidInput, Conflict, CapacityExceeded, KeyLimitReached) as exc:
         status = (422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict)
                   else 429 if isinstance(exc, KeyLimitReached) else 503)

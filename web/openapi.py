@@ -97,7 +97,9 @@ SCHEMAS = {
                          "description": "the version the edit starts from; 409 unless it is the latest"}}}]},
     "Accepted": {"type": "object", "required": ["content_id", "version", "status_url"], "properties": {
         "content_id": {"type": "integer"}, "version": {"type": "integer"}, "status_url": {"type": "string"},
-        "status": ref("VersionStatus"), "content_url": {"type": "string"}, "board_url": {"type": "string"}}},
+        "status": ref("VersionStatus"), "content_url": {"type": "string"}, "board_url": {"type": "string"},
+        "priority": {"enum": ["interactive", "bulk"]},
+        "priority_reason": {"type": "string", "description": "why the save runs in another lane than it asked for"}}},
     "VersionStatus": {"enum": ["in_progress", "cancelling", "complete", "needs_decision", "failed", "cancelled",
                                "superseded"]},
     "Progress": {"type": "object", "properties": {"total": {"type": "integer"}, "succeeded": {"type": "integer"},

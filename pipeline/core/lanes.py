@@ -39,6 +39,16 @@ def queue_name(kind: str, lane: str = INTERACTIVE) -> str:
     return kind if lane == INTERACTIVE else f"{kind}-bulk"
 
 
+def save_lane(asked: Any, blocks: int, *, bulk_from: int, may_insist: bool) -> tuple[str, str | None]:
+    """The lane a save runs in, and why when it is not the one asked for: a save of more than `bulk_from` blocks
+    is an import, not an editor's page, so it goes to the bulk lane (where it cannot hold back editors' work)
+    unless `may_insist` (an admin) asked for "interactive" in so many words."""
+    lane = parse_priority(INTERACTIVE if asked is None else asked)
+    if lane == BULK or blocks <= bulk_from or (asked == INTERACTIVE and may_insist):
+        return lane, None
+    return BULK, f"{blocks} blocks, over BULK_SAVE_BLOCKS={bulk_from}: a save this large runs in the bulk lane"
+
+
 def worker_queues(kind: str) -> list[str]:
     """The queues a worker of this kind listens to, in priority order."""
     return [queue_name(kind, lane) for lane in LANES]

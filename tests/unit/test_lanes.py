@@ -61,3 +61,14 @@ def test_an_interactive_message_carries_one_task_until_every_worker_has_several_
 def test_bulk_messages_and_queues_nobody_listens_to_carry_one_task():
     assert tasks_per_message(BULK, waiting=10_000, new=10, workers=1) == 1
     assert tasks_per_message(INTERACTIVE, waiting=10_000, new=10, workers=0) == 1
+
+
+def test_a_large_save_runs_in_the_bulk_lane_unless_an_admin_insists():
+    from pipeline.core.lanes import save_lane
+    assert save_lane(None, 50, bulk_from=50, may_insist=False) == ("interactive", None)
+    lane, why = save_lane(None, 51, bulk_from=50, may_insist=False)
+    assert lane == "bulk" and "51 blocks, over BULK_SAVE_BLOCKS=50" in why
+    assert save_lane("interactive", 51, bulk_from=50, may_insist=False)[0] == "bulk"     # an editor cannot insist
+    assert save_lane("interactive", 51, bulk_from=50, may_insist=True) == ("interactive", None)
+    assert save_lane(None, 51, bulk_from=50, may_insist=True)[0] == "bulk"              # only when asked
+    assert save_lane("bulk", 2, bulk_from=50, may_insist=False) == ("bulk", None)

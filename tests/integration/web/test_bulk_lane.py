@@ -56,3 +56,15 @@ def test_the_pages_show_the_pause_to_everyone_and_the_button_to_admins_in_both_l
 
     admin.post("/attention/bulk-lane", data={"action": "resume", "csrf_token": csrf_of(page(admin, "/attention"))})
     assert "data-bulk-paused" not in page(editor, "/")
+
+
+def test_a_save_over_the_size_threshold_runs_in_the_bulk_lane_and_the_202_says_why(api):
+    from testkit.helpers import lesson
+    big = lesson(51)
+    saved = api.post("/api/contents", json=big, role="editor")
+    assert saved.status_code == 202
+    assert saved.json["priority"] == "bulk" and "over BULK_SAVE_BLOCKS=50" in saved.json["priority_reason"]
+    asked = api.post("/api/contents", json={**big, "priority": "interactive"}, role="admin")
+    assert asked.json["priority"] == "interactive" and "priority_reason" not in asked.json
+    small = api.post("/api/contents", json=lesson(3), role="editor")
+    assert small.json["priority"] == "interactive" and "priority_reason" not in small.json
