@@ -83,3 +83,37 @@ def test_a_task_parking_while_the_line_it_waits_for_is_settled_is_woken_by_the_s
                        "AND sent_at IS NULL", (twin.id,)).fetchone()["due"]
     assert (row["status"], row["waiting_for"]) == ("retry", "input")
     assert row["available_at"] <= datetime.now(timezone.utc) and due
+
+
+def test_a_task_parking_while_a_synchronous_holder_releases_its_input_is_woken_by_the_release(conn, cfg):
+    # given: an editor's image claimed (its call holds the input), and a task with the same input claimed
+    body = {"title": "Lesson", "locale": "en-US", "blocks": [{"key": "b0", "text": "A lake at dusk."}]}
+    first = versions.save(conn, parse_draft(body), cfg, actor="editor")
+    holder = claim(cfg, next(r for r in task_rows(cfg.database_url, first.content_id) if r["kind"] == "image")["id"],
+                   worker="w1")
+    assert holder.holds_input
+    second = versions.save(conn, parse_draft(body), cfg, actor="editor2")
+    twin = claim(cfg, next(r for r in task_rows(cfg.database_url, second.content_id) if r["kind"] == "image")["id"],
+                 worker="w2").task
+    with connect(cfg.database_url, autocommit=True) as worker:
+        pid = worker.info.backend_pid
+
+        def release():
+            with worker.transaction():
+                worker.execute("SELECT input_calls_release(%s, %s)", (twin.fingerprint, holder.task.lease_token))
+        releasing = threading.Thread(target=release)
+        # when: the holder's call ends while the task parks: the release waits for the lock the park holds
+        with conn.transaction():
+            assert db.one(conn, "input_calls_holder", {"fingerprint": twin.fingerprint})["task_id"] == holder.task.id
+            releasing.start()
+            wait_until(lambda: conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                            (pid,)).fetchone()["wait_event_type"] == "Lock",
+                       message="the release waiting for the park's lock")
+            tasks.fail_attempt_in(conn, twin, WaitingForInput(f"task {holder.task.id} is making the same input",
+                                                              retry_after=3600), cfg, actor="w2",
+                                  now=datetime.now(timezone.utc))
+        releasing.join(10)
+    # then: the release itself woke it, with its message
+    row = db.one(conn, "tasks_get", {"task_id": twin.id})
+    assert (row["status"], row["waiting_for"]) == ("retry", "input")
+    assert row["available_at"] <= datetime.now(timezone.utc)
