@@ -16,15 +16,18 @@ from pipeline.core.errors import ConfigError
 from pipeline.core.states import KINDS
 
 
-def _settings():
+def _settings(*, redis: bool = False):
+    """The settings, or exit 2 with the reason: invalid, or DATABASE_URL (and, for a command that sends messages,
+    REDIS_URL) not set."""
     try:
         cfg = settings_mod.load()
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         raise SystemExit(2)
-    if not cfg.database_url:
-        print("DATABASE_URL is not set; bin/dev sets it for the embedded server", file=sys.stderr)
-        raise SystemExit(2)
+    for name, value in (("DATABASE_URL", cfg.database_url), ("REDIS_URL", cfg.redis_url if redis else "-")):
+        if not value:
+            print(f"{name} is not set; bin/dev sets it for the embedded server", file=sys.stderr)
+            raise SystemExit(2)
     return cfg
 
 
@@ -127,7 +130,7 @@ def reconcile_main(argv: list[str]) -> int:
     mode.add_argument("--loop", type=float, metavar="SECONDS", help="run again every SECONDS (dev stack)")
     parser.add_argument("--batch", type=int, default=500, help="rows per transaction (default 500)")
     args = parser.parse_args(argv)
-    cfg = _settings()
+    cfg = _settings(redis=True)
     from pipeline.log import log
     from pipeline.executor import build_providers
     from pipeline.reconcile import Reconciler
@@ -165,7 +168,7 @@ def dispatch_main(argv: list[str]) -> int:
         "(BULK_QUEUE_DEPTH). Exit codes: 0 stopped (or --once done), 2 cannot reach PostgreSQL."))
     parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
     args = parser.parse_args(argv)
-    cfg = _settings()
+    cfg = _settings(redis=True)
     from pipeline import dispatch
     from pipeline.core import lanes
     conn_redis = servers.redis_client(cfg)

@@ -75,3 +75,13 @@ def test_a_shut_down_model_stops_a_process_at_start_naming_its_date_and_replacem
     assert done.returncode == 2, done.stdout + done.stderr
     assert "IMAGE_MODEL='gpt-image-1'" in done.stderr and "2026-10-23" in done.stderr, done.stderr
     assert "gpt-image-2.5-sunburst" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [["dispatch", "--once"], ["reconcile", "--once"]])
+def test_a_command_that_sends_messages_without_redis_url_says_so_instead_of_a_traceback(command, database_url,
+                                                                                        tmp_path):
+    done = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"DATABASE_URL={database_url}",
+                           str(ROOT / "bin" / command[0]), *command[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "REDIS_URL is not set" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
