@@ -45,8 +45,9 @@ def _save(content_id: int | None) -> Response:
     key = inputs.idempotency_key()
     base = inputs.base_version(body) if content_id is not None else None
     draft = parse_draft(body)
-    lane, why = lanes.save_lane(body.get("priority"), len(draft.blocks), bulk_from=settings().bulk_save_blocks,
-                                may_insist=g.principal.may("admin"))   # "bulk": an import, behind editors
+    asked = lanes.parse_priority(body["priority"]) if "priority" in body else None   # "bulk": an import
+    lane, why = lanes.save_lane(asked, len(draft.blocks), bulk_from=settings().bulk_save_blocks,
+                                may_insist=g.principal.may("admin"))
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
                           base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane, send_at_once=True)
     log("saved", content_id=saved.content_id, version=saved.version, created=saved.created, lane=lane,

@@ -39,11 +39,12 @@ def queue_name(kind: str, lane: str = INTERACTIVE) -> str:
     return kind if lane == INTERACTIVE else f"{kind}-bulk"
 
 
-def save_lane(asked: Any, blocks: int, *, bulk_from: int, may_insist: bool) -> tuple[str, str | None]:
-    """The lane a save runs in, and why when it is not the one asked for: a save of more than `bulk_from` blocks
-    is an import, not an editor's page, so it goes to the bulk lane (where it cannot hold back editors' work)
-    unless `may_insist` (an admin) asked for "interactive" in so many words."""
-    lane = parse_priority(INTERACTIVE if asked is None else asked)
+def save_lane(asked: str | None, blocks: int, *, bulk_from: int, may_insist: bool) -> tuple[str, str | None]:
+    """The lane a save runs in, and why when it is not the one asked for (`asked`: the parsed `priority`, None
+    when the save names none): a save of more than `bulk_from` blocks is an import, not an editor's page, so it
+    goes to the bulk lane (where it cannot hold back editors' work) unless `may_insist` (an admin) asked for
+    "interactive" in so many words."""
+    lane = asked or INTERACTIVE
     if lane == BULK or blocks <= bulk_from or (asked == INTERACTIVE and may_insist):
         return lane, None
     return BULK, f"{blocks} blocks, over BULK_SAVE_BLOCKS={bulk_from}: a save this large runs in the bulk lane"
