@@ -31,7 +31,9 @@ def machines(database_url, redis_url, tmp_path, fake, s3_env):
     logs = tmp_path / "logs"
     logs.mkdir()
     base = System({**system_env(database_url, redis_url, tmp_path / "web", fake.base_url), **s3_env}, logs)
-    group_a = base.with_env(MEDIA_DIR=str(tmp_path / "machine-a"))
+    # machine A's call is held until the test has its lock in place, which takes seconds under load: the call must
+    # still be waiting then, not ended by the stacks' 2-second read timeout
+    group_a = base.with_env(MEDIA_DIR=str(tmp_path / "machine-a"), IMAGE_READ_TIMEOUT="40")
     group_b = base.with_env(MEDIA_DIR=str(tmp_path / "machine-b"))
     yield base, group_a, group_b
     base.stop()
