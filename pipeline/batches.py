@@ -110,7 +110,6 @@ class LineSettlement:
             return                    # the same input waits instead of paying for it a second time
         db.execute(conn, "input_calls_release", {"fingerprint": line["fingerprint"],
                                                  "lease_token": line["lease_token"]})
-        tasks.wake_input_waiters_in(conn, line["fingerprint"])   # a waiter parked while the release waited for it
 
 
 def _task(line: dict) -> Task:

@@ -316,31 +316,11 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings, to
 
 
 def _check_model(prefix: str, p: ProviderSettings, today: date) -> None:
-    """ConfigError when the catalogue (providers/openai_models.py) says the configured model is shut down, or
-    does not take the configured size or options. A model the catalogue does not know (a compatible server's
-    own) is taken as it is."""
-    options = dict(p.options)
-    row = catalogue.image_model(p.model) if prefix == "IMAGE" else catalogue.speech_model(p.model)
-    if row is None:
-        return
-    if catalogue.is_shut_down(row, today):
-        raise ConfigError(catalogue.gone_message(f"{prefix}_MODEL", row) + f"; set {prefix}_MODEL to a live model")
-    if prefix == "TTS":
-        if options.get("instructions") and not row.instructions:
-            raise ConfigError(f"TTS_INSTRUCTIONS: {row.name} does not take instructions; unset it, or choose "
-                              f"TTS_MODEL={catalogue.CURRENT_SPEECH}")
-        return
-    why = catalogue.size_refusal(row, p.size)
+    """ConfigError naming the setting when the catalogue (providers/openai_models.py) says the configured model is
+    shut down or does not take the configured size or options."""
+    why = catalogue.config_refusal(prefix, p.model, p.size, dict(p.options), today)
     if why:
-        raise ConfigError(f"IMAGE_SIZE={p.size!r} is not taken by IMAGE_MODEL={row.name!r}: {why}")
-    for option, allowed in (("quality", row.qualities), ("output_format", row.output_formats),
-                            ("background", row.backgrounds)):
-        if option in options and options[option] not in allowed:
-            raise ConfigError(f"IMAGE_{option.upper()}={options[option]!r} is not taken by {row.name}; expected "
-                              f"one of: {', '.join(allowed) or '(none: unset it)'}")
-    if options.get("background") == "transparent" and options.get("output_format", "png") == "jpeg":
-        raise ConfigError("IMAGE_BACKGROUND=transparent needs IMAGE_OUTPUT_FORMAT png or webp (a JPEG has no "
-                          "transparency)")
+        raise ConfigError(why)
 
 
 def _table_price(prefix: str, values: dict) -> float:

@@ -118,9 +118,8 @@ def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor
                    now: datetime) -> Outcome | None:
     """Park the task until the holder of its input is done, spending no attempt; None if nobody holds it now.
 
-    The hold is locked while we park, so its release comes after and wakes us; the release's statement may have
-    begun before our park committed, though, and not see it: a batch line's settlement wakes its input's waiters
-    once more (`wake_input_waiters_in`), and a synchronous holder's waiter looks again when its timer ends.
+    The hold is locked while we park, so its release comes after and wakes us: its wake is a statement of its own,
+    whose snapshot sees our committed park (`input_calls_release`, migration 0025).
     """
     with conn.transaction():
         holder = db.one(conn, "input_calls_holder", {"fingerprint": task.fingerprint})
@@ -130,13 +129,6 @@ def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor
         error = WaitingForInput(f"task {holder['task_id']} ({holder['holder_status']}) is making the same input",
                                 retry_after=wait)
         return fail_attempt_in(conn, task, error, cfg, actor=actor, now=now)
-
-
-def wake_input_waiters_in(conn: psycopg.Connection, fingerprint: str) -> None:
-    """After a release, in the releasing transaction: wake the tasks that parked for the input while the release
-    waited for their lock (`tasks_wake_input_waiters`). A batch line's hold lasts until its task's deadline, so a
-    waiter its release missed would sleep that long; a synchronous call's waiter looks again a lease later anyway."""
-    db.execute(conn, "tasks_wake_input_waiters", {"fingerprint": fingerprint})
 
 
 def release_input(conn: psycopg.Connection, task: Task) -> None:

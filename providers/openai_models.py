@@ -192,6 +192,31 @@ def gone_message(setting: str, model: ImageModel | SpeechModel) -> str:
             f"({DEPRECATIONS}){instead}")
 
 
+def config_refusal(prefix: str, name: str, size: str, options: dict, today: date) -> str | None:
+    """Why a provider's settings (`prefix` IMAGE or TTS) ask for what the model will not take, naming the setting
+    and the fix; None when it takes them, or when the model is not in the catalogue (a compatible server's own)."""
+    model = image_model(name) if prefix == "IMAGE" else speech_model(name)
+    if model is None:
+        return None
+    if is_shut_down(model, today):
+        return gone_message(f"{prefix}_MODEL", model) + f"; set {prefix}_MODEL to a live model"
+    if isinstance(model, SpeechModel):
+        if options.get("instructions") and not model.instructions:
+            return f"TTS_INSTRUCTIONS: {model.name} does not take instructions; unset it, or choose {CURRENT_SPEECH}"
+        return None
+    why = size_refusal(model, size)
+    if why:
+        return f"IMAGE_SIZE={size!r} is not taken by IMAGE_MODEL={model.name!r}: {why}"
+    for option, allowed in (("quality", model.qualities), ("output_format", model.output_formats),
+                            ("background", model.backgrounds)):
+        if option in options and options[option] not in allowed:
+            return (f"IMAGE_{option.upper()}={options[option]!r} is not taken by {model.name}; expected one of: "
+                    f"{', '.join(allowed) or '(none: unset it)'}")
+    if options.get("background") == "transparent" and options.get("output_format", "png") == "jpeg":
+        return "IMAGE_BACKGROUND=transparent needs IMAGE_OUTPUT_FORMAT png or webp (a JPEG has no transparency)"
+    return None
+
+
 _SIZE = re.compile(r"^([1-9][0-9]{1,4})x([1-9][0-9]{1,4})$")
 
 

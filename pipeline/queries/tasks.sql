@@ -85,22 +85,6 @@ WHERE t.id = %(task_id)s AND t.lease_token = %(lease_token)s AND t.status = 'run
 -- exactly once) and the tasks waiting for its input (schema: tasks_lock_settling)
 SELECT tasks_lock_settling(%(task_id)s, %(dependents)s, %(input_waiters)s);
 
--- tasks_wake_input_waiters: the tasks parked for this input are due now, with their messages, while no task holds it.
--- A release wakes them itself (input_calls_release), but from the snapshot its statement began with: a task that
--- parked while the release waited for the lock its park held on the hold is not in it, and this later statement
--- sees it. Locked in id order, as every statement that locks several tasks
-WITH waiting AS (
-    SELECT t.id FROM tasks t
-    WHERE t.fingerprint = %(fingerprint)s AND t.status = 'retry' AND t.waiting_for = 'input'
-      AND t.available_at > now()
-      AND NOT EXISTS (SELECT 1 FROM input_calls i WHERE i.fingerprint = %(fingerprint)s)
-    ORDER BY t.id FOR NO KEY UPDATE OF t
-), woken AS (
-    UPDATE tasks t SET available_at = now() FROM waiting WHERE t.id = waiting.id
-    RETURNING t.id
-)
-UPDATE outbox o SET available_at = now() FROM woken WHERE o.task_id = woken.id AND o.sent_at IS NULL;
-
 -- tasks_move: the one guarded move that applies a decision (pipeline.tasks.apply), with its event. It matches
 -- only while the task is as its mover saw it: in `from_status` and, when running, under `lease_token`. The
 -- `fence` says who moves: a 'worker' holds the current lease, and a cancel requested meanwhile wins over

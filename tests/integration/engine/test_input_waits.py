@@ -53,36 +53,44 @@ def test_a_task_whose_input_is_in_a_batch_waits_for_it_spending_no_attempt_inste
     assert row["available_at"] == row["deadline_at"]
 
 
+def park_while_released(conn, cfg, twin, holder_id: int, release) -> dict:
+    """Park `twin` for its input as wait_for_input does, step by step, while `release(other_conn)` runs on another
+    connection: the release reaches the hold's lock the park holds and waits for the park's commit. The task's row
+    afterwards, with `due`: whether its unsent message is due now."""
+    with connect(cfg.database_url, autocommit=True) as other:
+        pid = other.info.backend_pid
+
+        def run():
+            with other.transaction():
+                release(other)
+        releasing = threading.Thread(target=run)
+        with conn.transaction():
+            assert db.one(conn, "input_calls_holder", {"fingerprint": twin.fingerprint})["task_id"] == holder_id
+            releasing.start()
+            wait_until(lambda: conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                            (pid,)).fetchone()["wait_event_type"] == "Lock",
+                       message="the release waiting for the park's lock")
+            tasks.fail_attempt_in(conn, twin, WaitingForInput(f"task {holder_id} is making the same input",
+                                                              retry_after=3600), cfg, actor="w2",
+                                  now=datetime.now(timezone.utc))
+        releasing.join(10)
+    row = db.one(conn, "tasks_get", {"task_id": twin.id})
+    row["due"] = conn.execute("SELECT bool_and(available_at <= now()) AS due FROM outbox WHERE task_id = %s "
+                              "AND sent_at IS NULL", (twin.id,)).fetchone()["due"]
+    return row
+
+
 def test_a_task_parking_while_the_line_it_waits_for_is_settled_is_woken_by_the_settlement(conn, cfg):
     # given: a line in its batch, and a task with the same input claimed
     holder = bulk_image(conn, cfg, "A lake at noon.")
     line = in_a_batch_line(conn, cfg, holder["id"])
     twin = claim(cfg, bulk_image(conn, cfg, "A lake at noon.")["id"], worker="w2").task
-    with connect(cfg.database_url, autocommit=True) as batcher:
-        pid = batcher.info.backend_pid
-
-        def settle():
-            with batcher.transaction():
-                batches.LineSettlement(line, "cancelled").write(batcher)
-        settling = threading.Thread(target=settle)
-        # when: the line is settled while the task parks (wait_for_input's transaction, step by step): the
-        # settlement's release waits for the lock the park holds on the hold, from a snapshot taken before it
-        with conn.transaction():
-            assert db.one(conn, "input_calls_holder", {"fingerprint": twin.fingerprint})["task_id"] == holder["id"]
-            settling.start()
-            wait_until(lambda: conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                                            (pid,)).fetchone()["wait_event_type"] == "Lock",
-                       message="the settlement waiting for the park's lock")
-            tasks.fail_attempt_in(conn, twin, WaitingForInput(f"task {holder['id']} is making the same input",
-                                                              retry_after=3600), cfg, actor="w2",
-                                  now=datetime.now(timezone.utc))
-        settling.join(10)
+    # when: the line is settled while the task parks
+    row = park_while_released(conn, cfg, twin, holder["id"],
+                              lambda other: batches.LineSettlement(line, "cancelled").write(other))
     # then: the task is due now, its message with it, to reuse what the line made or to take the input itself
-    row = db.one(conn, "tasks_get", {"task_id": twin.id})
-    due = conn.execute("SELECT bool_and(available_at <= now()) AS due FROM outbox WHERE task_id = %s "
-                       "AND sent_at IS NULL", (twin.id,)).fetchone()["due"]
     assert (row["status"], row["waiting_for"]) == ("retry", "input")
-    assert row["available_at"] <= datetime.now(timezone.utc) and due
+    assert row["available_at"] <= datetime.now(timezone.utc) and row["due"]
 
 
 def test_a_task_parking_while_a_synchronous_holder_releases_its_input_is_woken_by_the_release(conn, cfg):
@@ -95,25 +103,9 @@ def test_a_task_parking_while_a_synchronous_holder_releases_its_input_is_woken_b
     second = versions.save(conn, parse_draft(body), cfg, actor="editor2")
     twin = claim(cfg, next(r for r in task_rows(cfg.database_url, second.content_id) if r["kind"] == "image")["id"],
                  worker="w2").task
-    with connect(cfg.database_url, autocommit=True) as worker:
-        pid = worker.info.backend_pid
-
-        def release():
-            with worker.transaction():
-                worker.execute("SELECT input_calls_release(%s, %s)", (twin.fingerprint, holder.task.lease_token))
-        releasing = threading.Thread(target=release)
-        # when: the holder's call ends while the task parks: the release waits for the lock the park holds
-        with conn.transaction():
-            assert db.one(conn, "input_calls_holder", {"fingerprint": twin.fingerprint})["task_id"] == holder.task.id
-            releasing.start()
-            wait_until(lambda: conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                                            (pid,)).fetchone()["wait_event_type"] == "Lock",
-                       message="the release waiting for the park's lock")
-            tasks.fail_attempt_in(conn, twin, WaitingForInput(f"task {holder.task.id} is making the same input",
-                                                              retry_after=3600), cfg, actor="w2",
-                                  now=datetime.now(timezone.utc))
-        releasing.join(10)
+    # when: the holder's call ends while the task parks
+    row = park_while_released(conn, cfg, twin, holder.task.id, lambda other: other.execute(
+        "SELECT input_calls_release(%s, %s)", (twin.fingerprint, holder.task.lease_token)))
     # then: the release itself woke it, with its message
-    row = db.one(conn, "tasks_get", {"task_id": twin.id})
     assert (row["status"], row["waiting_for"]) == ("retry", "input")
-    assert row["available_at"] <= datetime.now(timezone.utc)
+    assert row["available_at"] <= datetime.now(timezone.utc) and row["due"]
