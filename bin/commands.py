@@ -252,10 +252,14 @@ def keys_main(argv: list[str]) -> int:
     create.add_argument("--owner", required=True, help="who holds the key; named in every recorded action")
     create.add_argument("--role", required=True, choices=("editor", "reviewer", "admin", "delivery"),
                         help="delivery: reads approved deliveries only (an integration that fetches bundles)")
+    create.add_argument("--team", default="default", help=(
+        "the team the key belongs to (made if new; default: 'default'): its contents are the only ones the key "
+        "sees, except an admin's, which sees every team's"))
     create.add_argument("--same-person", action="store_true", help=(
         "the owner already holds a key of another role and this is meant (refused without it: the four-eyes "
         "rule compares people, so one person's editor and reviewer keys must be made knowingly)"))
     sub.add_parser("list", help="list keys by id (nothing of the keys themselves is stored)")
+    sub.add_parser("teams", help="list the teams, with their live keys and contents")
     revoke = sub.add_parser("revoke", help="revoke a key by id; its UI sessions end at once")
     revoke.add_argument("key_id", type=int)
     revoke.add_argument("--cancel-pending", action="store_true", help=(
@@ -263,18 +267,21 @@ def keys_main(argv: list[str]) -> int:
         "the attention page as 'revoked'); calls already running finish"))
     args = parser.parse_args(argv)
     cfg = _settings()
-    from pipeline import keys
+    from pipeline import keys, teams
     from pipeline.core.errors import InvalidInput, NotFound
     def work(conn) -> None:
         if args.command == "create":
-            info, token = keys.create(conn, args.owner, args.role, same_person=args.same_person)
-            print(f"created key {info.id} for {info.owner} ({info.role}); it is shown only now:")
+            info, token = keys.create(conn, args.owner, args.role, team=args.team, same_person=args.same_person)
+            print(f"created key {info.id} for {info.owner} ({info.role}, team {info.team}); it is shown only now:")
             print(token)
         elif args.command == "list":
             for info in keys.list_keys(conn):
                 state = f"revoked {info.revoked_at:%Y-%m-%d %H:%M}" if info.revoked_at else "live"
-                print(f"{info.id:>5}  {info.role:<8}  {info.owner}  "
+                print(f"{info.id:>5}  {info.role:<8}  {info.team:<16}  {info.owner}  "
                       f"created {info.created_at:%Y-%m-%d %H:%M}  {state}")
+        elif args.command == "teams":
+            for team in teams.list_teams(conn):
+                print(f"{team['name']:<40}  {team['live_keys']:>4} live keys  {team['contents']:>6} contents")
         else:
             info = keys.revoke(conn, args.key_id)
             print(f"revoked key {info.id} of {info.owner} ({info.role})")

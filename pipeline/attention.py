@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from pipeline import db, review
+from pipeline import db, review, teams
 from pipeline.core.errors import Conflict, InvalidInput, NotFound
 from pipeline.core.states import KINDS
+from pipeline.keys import Principal
 from pipeline.settings import Settings
 
 PROBLEMS = ("unknown", "refused", "model_gone", "failed", "budget", "stuck", "revoked")
@@ -31,13 +32,15 @@ ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retr
 MAX_BULK = 200
 
 
-def tasks(conn: psycopg.Connection, *, problem: str | None = None, kind: str | None = None,
+def tasks(conn: psycopg.Connection, *, team: str | None, problem: str | None = None, kind: str | None = None,
           content_id: int | None = None, limit: int = 50, offset: int = 0) -> dict:
+    """What needs a person in a team's contents (None: every team's)."""
     if problem is not None and problem not in PROBLEMS:
         raise InvalidInput(f"problem must be one of {', '.join(PROBLEMS)}", field="problem")
     if kind is not None and kind not in KINDS:
         raise InvalidInput(f"kind must be one of {', '.join(KINDS)}", field="kind")
-    params = {"problem": problem, "kind": kind, "content_id": content_id, "limit": limit, "offset": offset}
+    params = {"problem": problem, "kind": kind, "content_id": content_id, "limit": limit, "offset": offset,
+              "team": team}
     with conn.transaction():
         rows = db.all(conn, "attention_tasks", params)
         counts = {r["problem"]: r["n"] for r in db.all(conn, "attention_counts", params)}
@@ -64,15 +67,25 @@ def check_ids(task_ids: object) -> list[int]:
     return list(dict.fromkeys(task_ids))
 
 
-def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *, actor: str,
-                 key_id: int | None = None) -> Bulk:
-    """Retry every failed task of the list in one transaction; unknown ones are refused (`needs_consent`).
+def _refused(bulk: Bulk, task_id: int, exc: Exception) -> None:
+    bulk.refused.append({"task_id": task_id, "code": getattr(exc, "code", "not_found"), "message": str(exc)})
+
+
+def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *, by: Principal,
+                 changes: str = "bulk retry") -> Bulk:
+    """Retry every failed task of the list that `by` may see, in one transaction; unknown ones are refused
+    (`needs_consent`), another team's as missing ones.
 
     CapacityExceeded from the admission of any of them rolls back all of them (503, nothing changed).
     """
     bulk = Bulk()
     with conn.transaction():
         for task_id in task_ids:
+            try:
+                teams.check(conn, by, task_id=task_id, changes=changes)
+            except NotFound as exc:
+                _refused(bulk, task_id, exc)
+                continue
             row = db.one(conn, "tasks_get", {"task_id": task_id})
             if row is not None and row["status"] == "unknown":
                 bulk.refused.append({"task_id": task_id, "code": "needs_consent",
@@ -80,24 +93,26 @@ def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *
                                                 "accepting the risk of a duplicate charge"})
                 continue
             try:
-                reopened = review.retry(conn, task_id, cfg, actor=actor, key_id=key_id)
+                reopened = review.retry(conn, task_id, cfg, actor=by.owner, key_id=by.key_id)
             except (Conflict, NotFound) as exc:
-                bulk.refused.append({"task_id": task_id, "code": getattr(exc, "code", "not_found"),
-                                     "message": str(exc)})
+                _refused(bulk, task_id, exc)
                 continue
             bulk.done.append(task_id)
             bulk.outbox_ids.extend(reopened.outbox_ids)
     return bulk
 
 
-def resolve_unknown(conn: psycopg.Connection, task_ids: list[int], note: str, *, actor: str) -> Bulk:
-    """Close every unknown task of the list as failed with one note (no call is made, nothing is paid)."""
+def resolve_unknown(conn: psycopg.Connection, task_ids: list[int], note: str, *, by: Principal,
+                    changes: str = "bulk resolve") -> Bulk:
+    """Close every unknown task of the list that `by` may see as failed with one note (no call is made, nothing
+    is paid); another team's are refused as missing ones."""
     bulk = Bulk()
     for task_id in task_ids:
         try:
-            review.resolve_failed(conn, task_id, note, actor=actor)
+            teams.check(conn, by, task_id=task_id, changes=changes)
+            review.resolve_failed(conn, task_id, note, actor=by.owner)
         except (Conflict, NotFound) as exc:
-            bulk.refused.append({"task_id": task_id, "code": getattr(exc, "code", "not_found"), "message": str(exc)})
+            _refused(bulk, task_id, exc)
             continue
         bulk.done.append(task_id)
     return bulk

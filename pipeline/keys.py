@@ -20,6 +20,7 @@ import psycopg
 from pipeline import db
 from pipeline.core.errors import InvalidInput, NotFound
 from pipeline.core.people import person
+from pipeline.core.teams import DEFAULT_TEAM, scope, team_name
 
 ROLES = ("editor", "reviewer", "admin", "delivery")
 TOKEN_PREFIX = "mp_"
@@ -38,14 +39,20 @@ PERMISSIONS: dict[str, frozenset[str]] = {
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the key's owner names every recorded action."""
+    """Who is calling: the key's owner names every recorded action; its team bounds what it sees."""
 
     key_id: int
     owner: str
     role: str
+    team: str
 
     def may(self, permission: str) -> bool:
         return permission in PERMISSIONS.get(self.role, frozenset())
+
+    @property
+    def scope(self) -> str | None:
+        """The team whose contents this key sees; None: every team's (an admin)."""
+        return scope(self.role, self.team)
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,7 @@ class KeyInfo:
     id: int
     owner: str
     role: str
+    team: str
     created_at: datetime
     revoked_at: datetime | None
 
@@ -78,18 +86,23 @@ def _check(owner: str, role: str) -> str:
     return owner
 
 
-def _insert(conn: psycopg.Connection, owner: str, role: str, token: str) -> KeyInfo:
-    row = db.one(conn, "api_keys_insert", {"owner": owner, "role": role, "key_hash": hash_token(token)})
+def _insert(conn: psycopg.Connection, owner: str, role: str, token: str, team: str = DEFAULT_TEAM) -> KeyInfo:
+    db.execute(conn, "teams_ensure", {"team": team})
+    row = db.one(conn, "api_keys_insert", {"owner": owner, "role": role, "key_hash": hash_token(token),
+                                           "team": team})
     return KeyInfo(**row)
 
 
-def create(conn: psycopg.Connection, owner: str, role: str, *, same_person: bool = False) -> tuple[KeyInfo, str]:
-    """A new key for `owner` with `role`; returns its record and the token (shown once, never stored).
+def create(conn: psycopg.Connection, owner: str, role: str, *, team: str = DEFAULT_TEAM,
+           same_person: bool = False) -> tuple[KeyInfo, str]:
+    """A new key for `owner` with `role` in `team` (made if new); returns its record and the token (shown once,
+    never stored).
 
     An owner who already holds a live key of another role is refused unless `same_person` says it is meant: with
     an editor's and a reviewer's key one person could save and approve, which the four-eyes rule compares by
     person, so both keys must be seen to be one person's."""
     owner = _check(owner, role)
+    team = team_name(team)
     token = new_token()
     with conn.transaction():
         db.execute(conn, "api_keys_lock")
@@ -99,7 +112,7 @@ def create(conn: psycopg.Connection, owner: str, role: str, *, same_person: bool
             raise InvalidInput(f"{owner} already holds a live key as {', '.join(others)}; a key of another role for "
                                f"the same person is made only when asked for (bin/keys create --same-person)",
                                field="owner")
-        return _insert(conn, owner, role, token), token
+        return _insert(conn, owner, role, token, team), token
 
 
 def list_keys(conn: psycopg.Connection) -> list[KeyInfo]:
@@ -135,12 +148,12 @@ def authenticate(conn: psycopg.Connection, token: str | None) -> Principal | Non
     if not token or len(token) > 200:
         return None
     row = db.one(conn, "api_keys_by_hash", {"key_hash": hash_token(token)})
-    return Principal(row["id"], row["owner"], row["role"]) if row else None
+    return Principal(row["id"], row["owner"], row["role"], row["team"]) if row else None
 
 
 def by_id(conn: psycopg.Connection, key_id: int) -> Principal | None:
     row = db.one(conn, "api_keys_get_live", {"key_id": key_id})
-    return Principal(row["id"], row["owner"], row["role"]) if row else None
+    return Principal(row["id"], row["owner"], row["role"], row["team"]) if row else None
 
 
 def ensure_admin_key(conn: psycopg.Connection, lab_key: str | None) -> str | None:

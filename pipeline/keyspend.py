@@ -5,7 +5,8 @@ admits their work, the estimated cost of the paid calls they may cause: their me
 stored asset yet, at `*_COST_PER_CALL`. A booking that would pass the key's limit for the UTC day raises in the
 server (book_key_spend), so the action rolls back whole and is refused with 429 (pipeline/versions.py). The
 estimate errs high (a task may still reuse an asset another task makes first) and is never given back, so a
-stolen key spends at most its limit a day, whatever it asks for. The provider budgets (spend.py) bound what
+stolen key spends at most its limit a day, whatever it asks for. The same estimate is booked against the team of
+each content the tasks belong to (TEAM_DAILY_SPEND, 429 alike), so a team bounds its keys together. The provider budgets (spend.py) bound what
 all keys together spend. Revoking a key can cancel its unstarted work (pipeline/keys.py `cancel_pending`).
 """
 
@@ -25,5 +26,6 @@ def book(conn: psycopg.Connection, cfg: Settings, key_id: int | None, *, content
         return
     db.execute(conn, "key_spend_book", {
         "key_id": key_id, "content_id": content_id, "version": version, "task_ids": task_ids,
-        "image_cost": cfg.image.cost_per_call, "tts_cost": cfg.tts.cost_per_call, "limit": cfg.key_daily_spend})
+        "image_cost": cfg.image.cost_per_call, "tts_cost": cfg.tts.cost_per_call, "limit": cfg.key_daily_spend,
+        "team_limit": cfg.team_daily_spend})
 

@@ -27,15 +27,16 @@ from pipeline.core.states import MEDIUM, TaskKind
 from pipeline.settings import Settings
 
 
-def contents_list(conn: psycopg.Connection, *, limit: int = 50, offset: int = 0, query: str | None = None,
-                  before: int | None = None) -> dict:
-    """Contents, newest first, a page at a time; `query` searches titles and the current version's text.
-    `before` (keyset paging): the page after the one that ended with that id, `next_before` in the answer."""
+def contents_list(conn: psycopg.Connection, *, team: str | None, limit: int = 50, offset: int = 0,
+                  query: str | None = None, before: int | None = None) -> dict:
+    """A team's contents (None: every team's), newest first, a page at a time; `query` searches titles and the
+    current version's text. `before` (keyset paging): the page after the one that ended with that id,
+    `next_before` in the answer."""
     pattern = like_pattern(query)
     with conn.transaction():
         rows = db.all(conn, "contents_overview", {"limit": limit, "offset": offset, "pattern": pattern,
-                                                  "before": before})
-        total = db.scalar(conn, "contents_count", {"pattern": pattern})
+                                                  "before": before, "team": team})
+        total = db.scalar(conn, "contents_count", {"pattern": pattern, "team": team})
     items = [{"id": r["id"], "title": r["title"], "locale": r["locale"], "theme": r["theme"],
               "current_version": r["current_version"], "approved_version": r["approved_version"],
               "updated_at": r["updated_at"], "progress": progress(r["counts"])} for r in rows]

@@ -166,6 +166,7 @@ class Settings:
     lab_api_key: str | None = field(default=None, repr=False)
     content_budget: float | None = None    # spend limit per content, in the unit of *_COST_PER_CALL
     key_daily_spend: float | None = None   # what one API key's actions may book per UTC day (pipeline/keyspend.py)
+    team_daily_spend: float | None = None  # what one team's keys together may book per UTC day
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
@@ -476,6 +477,7 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
         "lab_api_key": ("LAB_API_KEY", _secret("LAB_API_KEY")),
         "content_budget": ("CONTENT_BUDGET", _float("CONTENT_BUDGET", 0, 1e9)),
         "key_daily_spend": ("KEY_DAILY_SPEND", _budget("KEY_DAILY_SPEND")),
+        "team_daily_spend": ("TEAM_DAILY_SPEND", _budget("TEAM_DAILY_SPEND")),
         "budget_recheck_seconds": ("BUDGET_RECHECK_SECONDS", _float("BUDGET_RECHECK_SECONDS", 0.1, 86_400)),
     }
     values = _read(env, spec)

@@ -98,9 +98,10 @@ def key_charged(conn: psycopg.Connection, idempotency_key: str) -> bool:
     return bool(db.scalar(conn, "provider_calls_key_charged", {"idempotency_key": idempotency_key}))
 
 
-def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = None) -> dict:
-    """What was spent: today per provider against its budget, and the ledger (today, or one content's
-    whole history) as calls, reuses and replays, with every duplicate charge and who consented to it."""
+def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = None, *, team: str | None) -> dict:
+    """What was spent: today per provider against its budget (the providers' budgets are the deployment's, shared
+    by every team), and the ledger (today's of `team`'s contents, None: every team's; or one content's whole
+    history) as calls, reuses and replays, with every duplicate charge and who consented to it."""
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     budgets = {p.name: p.daily for p in _providers(cfg)}
     booked = {r["provider"]: r for r in db.all(conn, "spend_days_of_today")}
@@ -109,13 +110,14 @@ def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = Non
                   "budget_reached": limit is not None and booked.get(name, {}).get("spent", 0.0) >= limit}
                  for name, limit in budgets.items()]
     if content_id is None:
-        ledger = db.all(conn, "provider_calls_summary_since", {"since": today})
+        ledger = db.all(conn, "provider_calls_summary_since", {"since": today, "team": team})
     else:
         ledger = db.all(conn, "provider_calls_summary_of_content", {"content_id": content_id})
     since = today if content_id is None else datetime.min.replace(tzinfo=timezone.utc)
-    duplicates = db.all(conn, "provider_calls_duplicates", {"since": since, "content_id": content_id})
-    paused = {r["kind"]: r["n"] for r in db.all(conn, "tasks_paused_by_budget")}
+    duplicates = db.all(conn, "provider_calls_duplicates", {"since": since, "content_id": content_id, "team": team})
+    paused = {r["kind"]: r["n"] for r in db.all(conn, "tasks_paused_by_budget", {"team": team})}
     return {"scope": "today" if content_id is None else f"content {content_id}", "content_id": content_id,
+            "team": team,
             "providers": providers, "content_budget": cfg.content_budget, "paused_by_budget": paused,
             "ledger": ledger, "totals": ledger_totals(ledger), "duplicates": duplicates}
 

@@ -25,6 +25,7 @@ from pipeline.core.board import FINISHED, version_status
 from pipeline.core.content import (Draft, ProviderInfo, carry_regenerations, check_narratable, check_speakable,
                                    plan_tasks, stamped)
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
+from pipeline.core.teams import DEFAULT_TEAM
 from pipeline.settings import Settings
 from providers import openai_models
 from providers.registry import SPEECH_LOCALES
@@ -68,8 +69,9 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
 
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
          base_version: int | None = None, save_key: str | None = None, key_id: int | None = None,
-         lane: str = lanes.INTERACTIVE, send_at_once: bool = False) -> Saved:
-    """Create a content item (content_id None) or its next version on top of `base_version`.
+         lane: str = lanes.INTERACTIVE, send_at_once: bool = False, team: str = DEFAULT_TEAM) -> Saved:
+    """Create a content item of `team` (content_id None) or its next version on top of `base_version` (the
+    content keeps its team; who may save it is checked before, pipeline/teams.py).
 
     `key_id`: the API key saving (0 for the demo door); its own limits apply (KeyLimitReached).
     `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/core/lanes.py.
@@ -108,7 +110,7 @@ def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, c
                 queued = None
                 if saved is None:
                     saved, queued = _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
-                                              request_digest, key_id, lane, claim, flush_later=own)
+                                              request_digest, key_id, lane, claim, flush_later=own, team=team)
             if own:
                 # it committed without waiting for its WAL flush (admit): make this save, or the earlier one we
                 # answer with, durable before the caller may answer 202
@@ -141,14 +143,14 @@ def flush(conn: psycopg.Connection) -> None:
 
 def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
               key_id=None, lane=lanes.INTERACTIVE, claim: uuid.UUID | None = None, *,
-              flush_later: bool = True) -> tuple[Saved, psycopg.Cursor]:
+              flush_later: bool = True, team: str = DEFAULT_TEAM) -> tuple[Saved, psycopg.Cursor]:
     """Write the version; its last statements and the admission are only queued (the caller's pipeline sends
     them with the COMMIT). Returns the version and its outbox rows, to read after the COMMIT."""
     version = db.one(conn, "versions_insert", {
         "content_id": content_id, "base_version": base_version, "title": draft.title, "locale": draft.locale,
         "theme": draft.theme, "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest,
         "saved_by": actor, "deadline_seconds": lanes.deadline_seconds(cfg, lane), "save_key": save_key,
-        "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane})
+        "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane, "team": team})
     if version is None:
         current = db.one(conn, "contents_get", {"content_id": content_id})
         if current is None:
@@ -210,7 +212,7 @@ def _admit(conn: psycopg.Connection, cfg: Settings, adding: int, lane: str, key_
         "commit_async": flush_later})
 
 
-REFUSALS = {"MPA01", "MPK01", "MPK02", "MPK03"}   # the SQLSTATEs admit_save and book_key_spend refuse with
+REFUSALS = {"MPA01", "MPK01", "MPK02", "MPK03", "MPK04"}   # the SQLSTATEs admit_save and book_spend refuse with
 
 
 def _refusal(conn: psycopg.Connection, exc: psycopg.Error, cfg: Settings, adding: int, lane: str) -> Exception:
@@ -226,6 +228,10 @@ def _refusal(conn: psycopg.Connection, exc: psycopg.Error, cfg: Settings, adding
         return KeyLimitReached(f"this key's actions booked {found['booked']:g} of its {found['limit']:g} for today "
                                f"(KEY_DAILY_SPEND), and this one may cost {found['adding']:g} more; nothing was "
                                "changed", retry_after=_seconds_to_midnight())
+    if exc.sqlstate == "MPK04":
+        return KeyLimitReached(f"team {found['team']}'s actions booked {found['booked']:g} of its {found['limit']:g} "
+                               f"for today (TEAM_DAILY_SPEND), and this one may cost {found['adding']:g} more; "
+                               "nothing was changed", retry_after=_seconds_to_midnight())
     if exc.sqlstate == "MPK02":
         return KeyLimitReached(f"this key's saves hold {found['pending']} pending tasks with this one; its limit is "
                                f"{cfg.key_max_pending_tasks} (KEY_MAX_PENDING_TASKS)",

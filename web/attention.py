@@ -33,7 +33,7 @@ def attention_filters() -> dict:
 @require("read")
 def attention_list():
     limit, offset = inputs.page_args()
-    doc = attention.tasks(get_conn(), **attention_filters(), limit=limit, offset=offset)
+    doc = attention.tasks(get_conn(), team=g.principal.scope, **attention_filters(), limit=limit, offset=offset)
     for item in doc["items"]:
         item["url"] = url_for("api.tasks.get_task", task_id=item["id"])
     return jsonify(doc)
@@ -43,8 +43,7 @@ def attention_list():
 @require("edit")
 def attention_retry():
     ids = attention.check_ids(inputs.json_object().get("task_ids"))
-    bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.principal.owner,
-                                  key_id=g.principal.key_id)
+    bulk = attention.retry_failed(get_conn(), ids, settings(), by=g.principal)
     send_fast(bulk.outbox_ids)
     return jsonify(bulk.as_dict())
 
@@ -55,7 +54,7 @@ def attention_resolve():
     body = inputs.json_object()
     ids = attention.check_ids(body.get("task_ids"))
     note = inputs.text(body, "note", MAX_NOTE)
-    return jsonify(attention.resolve_unknown(get_conn(), ids, note, actor=g.principal.owner).as_dict())
+    return jsonify(attention.resolve_unknown(get_conn(), ids, note, by=g.principal).as_dict())
 
 
 @api.get("/lanes/bulk")
@@ -84,10 +83,10 @@ def bulk_lane_resume():
 def attention_page():
     limit, offset = inputs.page_args()
     try:
-        doc = attention.tasks(get_conn(), **attention_filters(), limit=limit, offset=offset)
+        doc = attention.tasks(get_conn(), team=g.user.scope, **attention_filters(), limit=limit, offset=offset)
     except InvalidInput as exc:
         flash(refusal(gettext("Filter ignored"), exc), "error")
-        doc = attention.tasks(get_conn(), limit=limit, offset=offset)
+        doc = attention.tasks(get_conn(), team=g.user.scope, limit=limit, offset=offset)
     return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=KINDS,
                            lane=pauses.state(get_conn()))
 
@@ -125,10 +124,10 @@ def attention_bulk():
     try:
         ids = attention.check_ids(ids)
         if action == "retry":
-            bulk = attention.retry_failed(get_conn(), ids, settings(), actor=g.user.owner, key_id=g.user.key_id)
+            bulk = attention.retry_failed(get_conn(), ids, settings(), by=g.user)
             send_fast(bulk.outbox_ids)
         elif action == "resolve" and form_note():
-            bulk = attention.resolve_unknown(get_conn(), ids, form_note(), actor=g.user.owner)
+            bulk = attention.resolve_unknown(get_conn(), ids, form_note(), by=g.user)
         else:
             flash(gettext("Say why you mark them as failed (for example what the provider's dashboard shows)."),
                   "error")

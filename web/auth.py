@@ -20,7 +20,8 @@ from typing import Callable
 from flask import Blueprint, abort, g, make_response, redirect, render_template, request, url_for
 from flask_babel import gettext
 
-from pipeline import keys, signins
+from pipeline import keys, signins, teams
+from pipeline.core.teams import DEFAULT_TEAM
 from pipeline.keys import Principal
 from pipeline.log import log
 from web import i18n, sessions
@@ -40,7 +41,7 @@ def _forbidden(principal: Principal, permission: str) -> Problem:
 
 
 # Demo mode only: the seed call of the README works from the machine itself without a key.
-DEMO_PRINCIPAL = Principal(key_id=0, owner="demo (no key, loopback)", role="editor")
+DEMO_PRINCIPAL = Principal(key_id=0, owner="demo (no key, loopback)", role="editor", team=DEFAULT_TEAM)
 
 
 def _loopback_demo() -> bool:
@@ -76,10 +77,21 @@ def require(permission: str, *, demo_without_key: bool = False) -> Callable:
         @wraps(view)
         def wrapped(*args, **kwargs):
             g.principal = api_principal(permission, demo_without_key=demo_without_key)
+            check_team(g.principal)
             return view(*args, **kwargs)
         wrapped.permission = permission
         return wrapped
     return decorate
+
+
+def check_team(principal: Principal) -> None:
+    """Before any view: the content or task the route names must be one the caller's team sees (pipeline.teams:
+    otherwise the 404 of a missing one). Every route that names one names it `content_id` or `task_id`."""
+    args = request.view_args or {}
+    if "content_id" in args or "task_id" in args:
+        changes = None if request.method in ("GET", "HEAD") else f"{request.method} {request.path}"
+        teams.check(get_conn(), principal, content_id=args.get("content_id"), task_id=args.get("task_id"),
+                    changes=changes)
 
 
 # -- UI session -------------------------------------------------------------------------------

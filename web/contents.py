@@ -49,7 +49,8 @@ def _save(content_id: int | None) -> Response:
     lane, why = lanes.save_lane(asked, len(draft.blocks), bulk_from=settings().bulk_save_blocks,
                                 may_insist=g.principal.may("admin"))
     saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
-                          base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane, send_at_once=True)
+                          base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane, send_at_once=True,
+                          team=g.principal.team)
     log("saved", content_id=saved.content_id, version=saved.version, created=saved.created, lane=lane,
         outbox_ids=list(saved.outbox_ids))
     send_fast(saved.outbox_ids)
@@ -62,7 +63,8 @@ def list_contents():
     limit, offset = inputs.page_args()
     query = inputs.search_query()
     before = inputs.arg_int("before", None, low=1, what="a content id")
-    return jsonify(overview.contents_list(get_conn(), limit=limit, offset=offset, query=query, before=before))
+    return jsonify(overview.contents_list(get_conn(), team=g.principal.scope, limit=limit, offset=offset, query=query,
+                                          before=before))
 
 
 @api.post("/contents")
@@ -126,7 +128,7 @@ def create_job():
         raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
     theme, scenario, locale = demo.parse_job(inputs.json_body())
     saved = demo.start_job(get_conn(), cfg, theme, scenario, locale=locale, actor=g.principal.owner,
-                           key_id=g.principal.key_id)
+                           key_id=g.principal.key_id, team=g.principal.team)
     send_fast(saved.outbox_ids)
     return accepted(saved, theme=theme, scenario=scenario)
 
@@ -136,7 +138,8 @@ def create_job():
 @ui.get("/")
 def index():
     offset = inputs.arg_int("offset", 0, low=0, high=inputs.MAX_OFFSET)
-    page = overview.contents_list(get_conn(), limit=PAGE_SIZE, offset=offset, query=inputs.search_query())
+    page = overview.contents_list(get_conn(), team=g.user.scope, limit=PAGE_SIZE, offset=offset,
+                                  query=inputs.search_query())
     return render_template("contents.html", page=page, themes=demo.themes(), scenarios=list(demo.SCENARIOS))
 
 
@@ -251,7 +254,8 @@ def _save_form(content_id: int | None):
         draft = parse_draft(body)
         lane, _ = lanes.save_lane(None, len(draft.blocks), bulk_from=settings().bulk_save_blocks, may_insist=False)
         saved = versions.save(get_conn(), draft, settings(), actor=g.user.owner, content_id=content_id,
-                              base_version=base, key_id=g.user.key_id, lane=lane, send_at_once=True)
+                              base_version=base, key_id=g.user.key_id, lane=lane, send_at_once=True,
+                              team=g.user.team)
     except (InvalidInput, Conflict, CapacityExceeded, KeyLimitReached) as exc:
         status = (422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict)
                   else 429 if isinstance(exc, KeyLimitReached) else 503)
@@ -294,7 +298,8 @@ def demo_job():
         raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
     theme, scenario, _ = demo.parse_job({"theme": request.form.get("theme", ""),
                                          "scenario": request.form.get("scenario") or None})
-    saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner, key_id=g.user.key_id)
+    saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner, key_id=g.user.key_id,
+                           team=g.user.team)
     send_fast(saved.outbox_ids)
     flash(gettext("Demo lesson %(theme)s created with the %(scenario)s scenario armed.", theme=theme,
                   scenario=scenario) if scenario else gettext("Demo lesson %(theme)s created.", theme=theme), "ok")

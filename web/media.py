@@ -31,7 +31,7 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, Response, abort, redirect, request, send_file, url_for
 
-from pipeline import overview, storage
+from pipeline import overview, storage, teams
 from pipeline.core.content import download_name as content_download_name
 from pipeline.core.records import content_disposition, extension
 from pipeline.core.states import MEDIUM
@@ -96,13 +96,15 @@ def _signed_link_age() -> int | None:
     return left
 
 
-def _may_read() -> None:
-    """A signed-in UI session, or an API key with read access (401 without either, 403 without read)."""
-    if request.headers.get(HEADER):
-        api_principal("read")
-    elif session_principal() is None:
+def _may_read(sha256: str) -> None:
+    """A signed-in UI session, or an API key with read access (401 without either, 403 without read), of a team
+    that sees a content made with this medium (pipeline.teams; 404 as for an unknown digest otherwise)."""
+    principal = api_principal("read") if request.headers.get(HEADER) else session_principal()
+    if principal is None:
         raise Problem(401, "unauthorized", f"media of drafts needs a signed-in session or an API key in the "
                                            f"{HEADER} header; delivered media come with signed links")
+    if not teams.sees_asset(get_conn(), principal, sha256):
+        abort(404, description="no such media")
 
 
 @bp.get("/media/<string:sha256>")
@@ -111,7 +113,7 @@ def get(sha256: str) -> Response:
         abort(404, description="no such media")
     left = _signed_link_age()
     if left is None:
-        _may_read()
+        _may_read(sha256)
     asset = overview.asset(get_conn(), sha256)
     if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")

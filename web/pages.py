@@ -18,7 +18,7 @@ from werkzeug.wrappers import Response
 from pipeline import keys, pauses
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.core.records import MAX_NOTE
-from web.auth import check_csrf, csrf_token, session_principal
+from web.auth import check_csrf, check_team, csrf_token, session_principal
 from web.db import get_conn, settings
 from web.inputs import check_storable
 
@@ -34,6 +34,8 @@ def guard() -> Response | None:
     if g.user is None and request.endpoint not in PUBLIC:
         return redirect(url_for("ui.auth.signin",
                                 next=request.full_path.rstrip("?") if request.method == "GET" else None))
+    if g.user is not None:
+        check_team(g.user)
     return None
 
 

@@ -94,7 +94,7 @@ def current() -> ServerSession:
             if row is not None:
                 dict.update(sess, row["data"])  # loading is not a change
                 sess.token_hash = _hash(sess.token)
-                sess.principal = Principal(row["key_id"], row["owner"], row["role"])
+                sess.principal = Principal(row["key_id"], row["owner"], row["role"], row["team"])
     return sess
 
 

@@ -25,7 +25,7 @@ SELECT content_id, version, save_digest, lane FROM versions
 WHERE coalesce(saved_by_key, 0) = coalesce(%(key_id)s::bigint, 0) AND save_key = %(save_key)s;
 
 -- versions_insert: a save's immutable snapshot and its content's version number, in one statement: a new content
--- item at version 1 (no `content_id`), or the next version only if the editor saw the latest one (an optimistic lock
+-- item of `team` at version 1 (no `content_id`), or the next version only if the editor saw the latest one (an optimistic lock
 -- on the content's current version; no row when `base_version` is not the latest or the content is unknown)
 WITH bumped AS (
     UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
@@ -33,8 +33,8 @@ WITH bumped AS (
     WHERE id = %(content_id)s AND current_version = %(base_version)s
     RETURNING id, current_version
 ), created AS (
-    INSERT INTO contents (title, locale, theme, current_version, search_text)
-    SELECT %(title)s, %(locale)s, %(theme)s, 1, search_text_of(%(title)s, %(blocks)s)
+    INSERT INTO contents (title, locale, theme, current_version, search_text, team)
+    SELECT %(title)s, %(locale)s, %(theme)s, 1, search_text_of(%(title)s, %(blocks)s), %(team)s
     WHERE %(content_id)s::bigint IS NULL
     RETURNING id, current_version
 ), content AS (

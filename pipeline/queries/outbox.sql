@@ -65,15 +65,16 @@ SELECT pg_try_advisory_lock(7411004) AS locked;
 -- outbox_bulk_unlock: release the bulk lane's metering lock
 SELECT pg_advisory_unlock(7411004);
 
--- outbox_claim_bulk: due bulk rows, contents taking turns, at most room_<kind> rows per kind: each content's
--- oldest row of a kind first, and among contents the one whose bulk message of that kind was sent longest
--- ago (or never) first; so a content that arrives behind a big import is served at the next free place
+-- outbox_claim_bulk: due bulk rows, teams and then contents taking turns, at most room_<kind> rows per kind:
+-- each content's oldest row of a kind first, among a team's contents the one whose bulk message of that kind was
+-- sent longest ago (or never) first, and the teams' turns interleaved; so a content that arrives behind a big
+-- import is served at the next free place, and one team's imports cannot starve another team's
 UPDATE outbox o SET claim_token = %(claim_token)s, send_attempts = o.send_attempts + 1,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (
     WITH due AS (
-        SELECT x.id, x.queue, x.available_at, t.content_id
-        FROM outbox x JOIN tasks t ON t.id = x.task_id
+        SELECT x.id, x.queue, x.available_at, t.content_id, c.team
+        FROM outbox x JOIN tasks t ON t.id = x.task_id JOIN contents c ON c.id = t.content_id
         WHERE x.sent_at IS NULL AND x.lane = 'bulk' AND x.available_at <= now() AND NOT lane_paused('bulk')
           AND (x.claim_until IS NULL OR x.claim_until < now())
     ), served AS (
@@ -82,13 +83,18 @@ FROM (
                 WHERE t.content_id = c.content_id AND t.kind = c.queue AND s.lane = 'bulk') AS served_at
         FROM (SELECT DISTINCT content_id, queue FROM due) c
     ), turns AS (
-        SELECT due.id, due.queue, due.content_id, served.served_at,
+        SELECT due.id, due.queue, due.content_id, due.team, served.served_at,
                row_number() OVER (PARTITION BY due.content_id, due.queue ORDER BY due.available_at, due.id) AS turn
         FROM due JOIN served USING (content_id, queue)
+    ), team_turns AS (
+        SELECT id, queue, team, served_at,
+               row_number() OVER (PARTITION BY team, queue ORDER BY turn, served_at NULLS FIRST, content_id)
+                   AS team_turn
+        FROM turns
     ), placed AS (
         SELECT id, queue,
-               row_number() OVER (PARTITION BY queue ORDER BY turn, served_at NULLS FIRST, content_id) AS place
-        FROM turns
+               row_number() OVER (PARTITION BY queue ORDER BY team_turn, served_at NULLS FIRST, team) AS place
+        FROM team_turns
     )
     SELECT id FROM placed
     WHERE place <= CASE queue WHEN 'image' THEN %(room_image)s WHEN 'tts' THEN %(room_tts)s

@@ -1,6 +1,6 @@
 -- Read models: what the pages and the API show, each a join shaped for one view (pipeline/overview.py).
 
--- contents_overview: content items, newest first, with the status counts of their current version; with a search
+-- contents_overview: content items of a team, newest first, with the status counts of their current version; with a search
 -- pattern, those whose title or current text or image prompt holds it; with `before`, those older than that id
 SELECT c.id, c.title, c.locale, c.theme, c.current_version, c.approved_version, c.updated_at,
        coalesce(s.counts, '{}'::jsonb) AS counts, coalesce(s.total, 0) AS total
@@ -12,10 +12,12 @@ LEFT JOIN LATERAL (
 ) s ON true
 WHERE (%(pattern)s::text IS NULL OR c.search_text ILIKE %(pattern)s)   -- the trigram index contents_search
   AND (%(before)s::bigint IS NULL OR c.id < %(before)s)               -- keyset: the page after the one ending there
+  AND (%(team)s::text IS NULL OR c.team = %(team)s)                   -- a key's team (NULL: an admin's, every team)
 ORDER BY c.id DESC LIMIT %(limit)s OFFSET %(offset)s;
 
--- contents_count: how many content items match the search (all without one), for paging
-SELECT count(*) AS n FROM contents c WHERE %(pattern)s::text IS NULL OR c.search_text ILIKE %(pattern)s;
+-- contents_count: how many content items of a team match the search (all without one), for paging
+SELECT count(*) AS n FROM contents c
+WHERE (%(pattern)s::text IS NULL OR c.search_text ILIKE %(pattern)s) AND (%(team)s::text IS NULL OR c.team = %(team)s);
 
 -- versions_of_content: a content item's versions, newest first
 SELECT version, title, saved_by, saved_at, approved_at, approved_by, cancel_requested_at, cancel_requested_by
@@ -54,15 +56,18 @@ FROM tasks t LEFT JOIN provider_calls p ON p.task_id = t.id
 WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND t.kind <> 'bundle'
 GROUP BY t.id ORDER BY t.id;
 
--- attention_tasks: tasks that need a person (the view tasks_needing_attention), filtered, oldest change first
+-- attention_tasks: tasks that need a person (the view tasks_needing_attention), of a team (NULL: all), filtered,
+-- oldest change first
 SELECT * FROM tasks_needing_attention
 WHERE (%(problem)s::text IS NULL OR problem = %(problem)s) AND (%(kind)s::text IS NULL OR kind = %(kind)s)
   AND (%(content_id)s::bigint IS NULL OR content_id = %(content_id)s)
+  AND (%(team)s::text IS NULL OR content_id IN (SELECT c.id FROM contents c WHERE c.team = %(team)s))
 ORDER BY updated_at, id LIMIT %(limit)s OFFSET %(offset)s;
 
 -- attention_counts: how many tasks need a person, per problem, under the same filters but the problem's
 SELECT problem, count(*)::int AS n FROM tasks_needing_attention
 WHERE (%(kind)s::text IS NULL OR kind = %(kind)s) AND (%(content_id)s::bigint IS NULL OR content_id = %(content_id)s)
+  AND (%(team)s::text IS NULL OR content_id IN (SELECT c.id FROM contents c WHERE c.team = %(team)s))
 GROUP BY problem;
 
 -- tasks_unmet_of_task: a task's dependencies that have not succeeded, for its diagnosis

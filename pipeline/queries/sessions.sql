@@ -10,7 +10,7 @@ UPDATE web_sessions s SET seen_at = now()
 FROM api_keys k
 WHERE s.token_hash = %(token_hash)s AND k.id = s.key_id AND k.revoked_at IS NULL
   AND s.expires_at > now() AND s.seen_at > now() - make_interval(secs => %(idle_seconds)s)
-RETURNING s.key_id, s.data, k.owner, k.role;
+RETURNING s.key_id, s.data, k.owner, k.role, k.team;
 
 -- web_sessions_save: a session's data after the request changed it (CSRF token, flash messages)
 UPDATE web_sessions SET data = %(data)s WHERE token_hash = %(token_hash)s;

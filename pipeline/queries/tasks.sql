@@ -206,8 +206,12 @@ WITH moved AS (
 )
 SELECT * FROM moved;
 
--- tasks_paused_by_budget: tasks waiting for a budget, per kind (read through the unfinished-task index)
-SELECT kind::text AS kind, count(*) AS n FROM tasks WHERE status = 'retry' AND waiting_for = 'budget' GROUP BY 1;
+-- tasks_paused_by_budget: tasks waiting for a budget, of a team's contents (NULL: all), per kind (read through the
+-- unfinished-task index)
+SELECT kind::text AS kind, count(*) AS n FROM tasks
+WHERE status = 'retry' AND waiting_for = 'budget'
+  AND (%(team)s::text IS NULL OR content_id IN (SELECT c.id FROM contents c WHERE c.team = %(team)s))
+GROUP BY 1;
 
 -- dead_letters_insert: the record of a task that failed for good
 INSERT INTO dead_letters (task_id, reason, last_error, attempts)

@@ -173,9 +173,12 @@ def test_retrying_a_failed_task_of_an_old_version_is_409(api, work):
     assert response.status_code == 409 and response.json["error"]["code"] == "not_current"
 
 
-def test_retry_of_an_unknown_task_id_is_404_and_a_non_boolean_flag_is_422(api):
+def test_retry_of_an_unknown_task_id_is_404_whatever_its_body_and_a_non_boolean_flag_is_422(api):
     assert api.post("/api/tasks/999/retry", role="editor").status_code == 404
-    response = api.post("/api/tasks/999/retry", role="editor", json={"accept_duplicate_risk": "yes"})
+    # the task a route names is looked up before its body is read: a missing one is 404, as another team's is
+    assert api.post("/api/tasks/999/retry", role="editor", json={"accept_duplicate_risk": "yes"}).status_code == 404
+    task = api.tasks_of(api.create(1))["image:b1"]
+    response = api.post(f"/api/tasks/{task['id']}/retry", role="editor", json={"accept_duplicate_risk": "yes"})
     assert response.status_code == 422 and response.json["error"]["field"] == "accept_duplicate_risk"
 
 

@@ -10,12 +10,13 @@ from receipts.media import MediaStore
 
 
 @pytest.fixture
-def stored(conn, media_dir):
-    """A WebP-typed asset on disk and in the index."""
+def stored(api, conn, media_dir):
+    """A WebP-typed asset on disk and in the index, the medium of a content of the keys' team."""
     data = b"RIFF\x10\x00\x00\x00WEBPVP8 fake"
     sha = MediaStore(media_dir).put(data)
     db.execute(conn, "assets_upsert", {"sha256": sha, "media_type": "image/webp", "size": len(data),
                                        "width": 1, "height": 1, "duration_ms": None})
+    api.owned_asset(conn, sha)
     return sha, data
 
 
