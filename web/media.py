@@ -4,7 +4,7 @@ Only a 64-character lowercase hex digest that the assets index knows is served; 
 file path is derived from the digest by the media store, never taken from input.
 
 Drafts are private: an asset is served to a signed-in UI session or an `X-API-Key` with
-read access, marked `Cache-Control: private`. The delivery manifest of an approved version
+read access, of a team that has a content made with it (pipeline.teams), marked `Cache-Control: private`. The delivery manifest of an approved version
 hands out signed links instead (`?c=<content>&v=<version>&expires=<unix time>&signature=<hex>`,
 an HMAC-SHA256 of the digest, the content, the version and the expiry under a key derived from
 SECRET_KEY, valid MEDIA_URL_TTL_SECONDS), so the app that consumes a delivery needs no key. A link

@@ -67,8 +67,8 @@ SELECT pg_advisory_unlock(7411004);
 
 -- outbox_claim_bulk: due bulk rows, teams and then contents taking turns, at most room_<kind> rows per kind:
 -- each content's oldest row of a kind first, among a team's contents the one whose bulk message of that kind was
--- sent longest ago (or never) first, and the teams' turns interleaved; so a content that arrives behind a big
--- import is served at the next free place, and one team's imports cannot starve another team's
+-- sent longest ago (or never) first, and among teams likewise the one served longest ago; so a content that
+-- arrives behind a big import is served at the next free place, and one team's imports cannot starve another's
 UPDATE outbox o SET claim_token = %(claim_token)s, send_attempts = o.send_attempts + 1,
        claim_until = now() + make_interval(secs => %(claim_seconds)s)
 FROM (
@@ -87,13 +87,13 @@ FROM (
                row_number() OVER (PARTITION BY due.content_id, due.queue ORDER BY due.available_at, due.id) AS turn
         FROM due JOIN served USING (content_id, queue)
     ), team_turns AS (
-        SELECT id, queue, team, served_at,
+        SELECT id, queue, team, max(served_at) OVER (PARTITION BY team, queue) AS team_served_at,
                row_number() OVER (PARTITION BY team, queue ORDER BY turn, served_at NULLS FIRST, content_id)
                    AS team_turn
         FROM turns
     ), placed AS (
         SELECT id, queue,
-               row_number() OVER (PARTITION BY queue ORDER BY team_turn, served_at NULLS FIRST, team) AS place
+               row_number() OVER (PARTITION BY queue ORDER BY team_turn, team_served_at NULLS FIRST, team) AS place
         FROM team_turns
     )
     SELECT id FROM placed

@@ -9,7 +9,7 @@ import redis
 from rq import Queue
 
 from bin.worker import Worker
-from pipeline import db, dispatch, tasks, review, versions
+from pipeline import db, dispatch, keys, tasks, review, versions
 from pipeline.core import lanes
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, Transient
 from pipeline.db import connect
@@ -124,6 +124,23 @@ def test_in_the_bulk_lane_contents_take_turns(conn, cfg, client):
     assert served == [a, b, a, b, a, a]       # B has two blocks; then A goes on alone
     send(conn, client)
     assert len(queued(client, "image-bulk")) == 2
+
+
+def test_in_the_bulk_lane_teams_take_turns_whatever_number_of_contents_each_imports(conn, cfg, client):
+    for team in ("physics", "chemistry"):
+        keys.create(conn, f"importer@{team}.example", "editor", team=team)
+    team_of = {versions.save(conn, draft(4, prefix=f"P{i}"), cfg, actor="importer", lane="bulk",
+                             team="physics").content_id: "physics" for i in range(3)}
+    team_of[versions.save(conn, draft(4, prefix="C"), cfg, actor="importer", lane="bulk",
+                          team="chemistry").content_id] = "chemistry"
+    served = []
+    for _ in range(8):
+        send(conn, client)
+        served.append(team_of[content_of(conn, pop(client, "image-bulk"))])
+    # contents alone taking turns would give chemistry's one import a quarter of the places, and three in a row
+    # to physics
+    assert served.count("chemistry") == served.count("physics") == 4
+    assert all(len(set(served[i:i + 3])) == 2 for i in range(len(served) - 2)), served
 
 
 def test_a_content_saved_behind_a_big_import_gets_the_next_free_place(conn, cfg, client):

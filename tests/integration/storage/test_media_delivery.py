@@ -14,7 +14,7 @@ from pipeline import db, keys, settings, storage, versions
 from pipeline.db import connect
 from pipeline.core.errors import ConfigError
 from testkit.helpers import draft
-from testkit.webapp import make_app
+from testkit.webapp import Api, make_app
 from web.media import signed_url
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"pixels" * 100
@@ -39,12 +39,19 @@ def put_asset(conn, cfg, data: bytes = PNG, media_type: str = "image/png") -> st
     return sha
 
 
+def owned(app, conn, sha: str) -> None:
+    """The asset is the medium of a content of the reader's team (a reader sees media through its team's contents)."""
+    editor = keys.create(conn, "editor@example.com", "editor")[1]
+    Api(app.test_client(), {"editor": editor}).owned_asset(conn, sha)
+
+
 def test_the_app_serves_a_stored_asset_to_a_reader_with_private_caching(database_url, redis_url, tmp_path, conn,
                                                                           reader, storage_env):
     app = make_app(database_url, redis_url, tmp_path / "web-media", **storage_env)
     worker_cfg = settings.load({**storage_env, "MEDIA_DIR": str(tmp_path / ("web-media" if not storage_env
                                                                               else "worker-media"))})
     sha = put_asset(conn, worker_cfg)
+    owned(app, conn, sha)
     client = app.test_client()
     response = client.get(f"/media/{sha}", headers={"X-API-Key": reader})
     assert response.status_code == 200 and response.data == PNG and response.mimetype == "image/png"
@@ -61,6 +68,7 @@ def test_with_redirect_delivery_a_reader_goes_to_a_short_lived_presigned_url(dat
     app = make_app(database_url, redis_url, tmp_path / "media", MEDIA_DELIVERY="redirect",
                    MEDIA_REDIRECT_SECONDS="120", **s3_env)
     sha = put_asset(conn, app.config["SETTINGS"])
+    owned(app, conn, sha)
     client = app.test_client()
     # no credentials: refused by the app, no URL handed out
     refused = client.get(f"/media/{sha}")
