@@ -6,6 +6,7 @@ import pytest
 
 from pipeline import migrations
 from pipeline.db import connect
+from testkit import schemafunctions
 from testkit.schemadump import describe
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
@@ -23,6 +24,24 @@ def test_migrating_an_empty_database_reproduces_the_recorded_schema(empty_databa
         (tmp_path / "snapshot.actual.txt").write_text(actual)
         pytest.fail(f"schema differs from {SNAPSHOT}; if the change is intended, regenerate it with "
                     f"`.venv/bin/python -m testkit.schemadump --fresh > schema/snapshot.txt` (actual: {tmp_path}/snapshot.actual.txt)")
+
+
+def test_schema_functions_hold_the_current_text_of_every_function_and_trigger(empty_database_url):
+    """schema/functions/ is what runs: running its files on a migrated database changes no function or trigger,
+    and it names every one (a file for a function the migrations dropped, or one a migration changed without the
+    file, fails here)."""
+    migrations.migrate(empty_database_url)
+    with psycopg.connect(empty_database_url) as conn:
+        migrated = schemafunctions.current(conn)
+        files = schemafunctions.bodies()
+        assert sorted(files) == sorted(migrated), "regenerate: .venv/bin/python -m testkit.schemafunctions --fresh"
+        for name, text in files.items():
+            conn.execute(text)
+        rerun = schemafunctions.current(conn)
+        conn.rollback()
+    changed = sorted(name for name in migrated if rerun[name] != migrated[name])
+    assert changed == [], ("schema/functions/ differs from the migrations for these; regenerate: "
+                           ".venv/bin/python -m testkit.schemafunctions --fresh")
 
 
 def test_two_concurrent_migrate_runs_apply_each_migration_exactly_once(empty_database_url):
