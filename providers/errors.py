@@ -12,12 +12,20 @@ translates whatever its transport raised into one of them, once, at its boundary
 `ProviderConfigError` refuses a provider that cannot be built (or a fault that cannot be
 armed) as asked; it is a `ValueError`, never raised by a call. The pipeline decides what each
 class means for a task (pipeline/core/policy.py). This module imports nothing and does no I/O.
+
+`PipelineError` is the root of every error the system raises on purpose, the providers' and the
+pipeline's alike (pipeline/core/errors.py re-exports it with the pipeline's own): it lives here, on
+the lowest floor, because the providers import nothing of ours.
 """
 
 from __future__ import annotations
 
 
-class ProviderError(Exception):
+class PipelineError(Exception):
+    """The root of every error the system raises on purpose: a provider's and the pipeline's."""
+
+
+class ProviderError(PipelineError):
     """A provider call did not produce a result; `ledger_outcome` is what the call ledger calls it."""
 
     @property
@@ -62,5 +70,5 @@ class Busy(ProviderError):
         self.retry_after = retry_after
 
 
-class ProviderConfigError(ValueError):
+class ProviderConfigError(PipelineError, ValueError):
     """A provider cannot be built, or a fault armed, as asked; the message names the setting and the fix."""

@@ -1,25 +1,21 @@
 """The pipeline's exception tree, and the providers' vocabulary it speaks too.
 
-Everything the pipeline raises on purpose derives from `PipelineError`. How a provider
-call ended is the providers' own vocabulary (providers/errors.py: `ProviderError` and its
-four classes Permanent, Transient, Ambiguous, Busy), re-exported here because the
-pipeline's decisions are made in it. The pipeline's own waits (`WaitingForInput`,
-`BudgetReached`) are `Busy` too, so the retry policy treats them alike, and
-`PipelineError`s. This module does no I/O.
+Everything the system raises on purpose derives from one root, `PipelineError` (defined with the providers'
+errors on the lowest floor, providers/errors.py, and re-exported here). How a provider call ended is the
+providers' own vocabulary (`ProviderError` and its four classes Permanent, Transient, Ambiguous, Busy),
+re-exported here because the pipeline's decisions are made in it. The pipeline's own waits
+(`WaitingForInput`, `SlotsBusy`, `BudgetReached`) are `Busy`, so the retry policy treats them alike. This
+module does no I/O.
 """
 
 from __future__ import annotations
 
-from providers.errors import Ambiguous, Busy, ModelGone, Permanent, ProviderError, Refused, Transient
+from providers.errors import Ambiguous, Busy, ModelGone, Permanent, PipelineError, ProviderError, Refused, Transient
 
 __all__ = ["PipelineError", "InvalidInput", "NotFound", "Conflict", "CapacityExceeded", "KeyLimitReached",
            "LeaseLost", "StaleTransition", "ConfigError", "Cancelled", "WaitingForInput", "BudgetReached",
            # the providers' vocabulary (providers/errors.py), which the pipeline's decisions speak too
            "ProviderError", "Permanent", "Refused", "ModelGone", "Transient", "Ambiguous", "Busy"]
-
-
-class PipelineError(Exception):
-    """Root of every error the pipeline raises on purpose (the providers' root is `ProviderError`)."""
 
 
 class InvalidInput(PipelineError, ValueError):
@@ -71,20 +67,20 @@ class ConfigError(PipelineError, ValueError):
     """A setting is missing or invalid; the message names the variable and the fix."""
 
 
-class WaitingForInput(Busy, PipelineError):
+class WaitingForInput(Busy):
     """Another task is making the same input right now: wait for its asset, spend no attempt."""
 
     waiting_for = "input"
 
 
-class SlotsBusy(Busy, PipelineError):
+class SlotsBusy(Busy):
     """Every call slot this task may use is taken: wait, spending no attempt, until a slot frees and wakes it
     (`wake_slot_waiters`); `retry_after` is the timer that ends a wait nothing woke."""
 
     waiting_for = "slot"
 
 
-class BudgetReached(Busy, PipelineError):
+class BudgetReached(Busy):
     """The call would pass a spend limit: it is not made; the task waits, spending no attempt."""
 
     waiting_for = "budget"
