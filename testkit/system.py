@@ -278,7 +278,7 @@ def start_stack(system: System, redis_dir: Path, owner: str = "editor-0", **env:
             return built.session.get(built.url + "/healthz", timeout=1).status_code == 200
         except requests.RequestException:
             return False
-    wait_until(healthy, timeout=30, message="the web app answering")
+    wait_until(healthy, timeout=60, message="the web app answering")
     # and every worker registered with RQ: a test that then takes Redis away finds them all started
     client = redis_mod.Redis.from_url(valkey.url())
     wait_until(lambda: len(Worker.all(connection=client)) >= 3, timeout=60, message="the three workers started")

@@ -72,7 +72,14 @@ def test_rq_info_and_rq_dashboard_find_our_queues_our_workers_and_the_job_a_work
                                 (body["content_id"],)).fetchone()["id"]
 
         # the dashboard lists every worker of the pools, by the pids bin/dev started, with their queues
-        workers = wait_until(lambda: answered("/workers.json"), timeout=60, message="rq-dashboard answering")["workers"]
+        def busy_image_worker():
+            listed = answered("/workers.json")
+            busy = [w for w in listed["workers"] if w["state"] == "busy" and w["queues"][0] == "image"] if listed else []
+            return listed if busy else None
+
+        # (a worker's state is read from Redis as the worker last wrote it: waited for, not read once)
+        workers = wait_until(busy_image_worker, timeout=60, message="rq-dashboard showing the busy image worker")[
+            "workers"]
         assert sorted(",".join(w["queues"]) for w in workers) == pool_queues(stack)
         assert {w["pid"] for w in workers} <= pool_pids and len({w["pid"] for w in workers}) == len(workers)
         # and the busy one's job, read as the JSON message the dispatcher sent (a pickle reader fails here)

@@ -41,11 +41,15 @@ def test_flushall_with_fifty_tasks_queued_loses_nothing_and_runs_nothing_twice(s
 def test_rows_claimed_by_a_dead_dispatcher_are_sent_after_the_claim_lease(system):
     with system.db() as conn:
         versions.save(conn, draft(1), system.cfg, actor="e")
-        # given a dispatcher that claimed the rows and died before enqueueing them
+        # given a dispatcher that claimed the rows and died before enqueueing them (a claim held long enough that
+        # no slow start of the command below can outlive it)
         claimed = conn.execute("UPDATE outbox SET claim_token = gen_random_uuid(), claim_until = now() + "
-                               "interval '2 seconds' RETURNING id, claim_until").fetchall()
+                               "interval '10 minutes' RETURNING id").fetchall()
     assert len(claimed) == 2
     assert "sent 0" in system.dispatch()          # still held by the dead claim
+    with system.db() as conn:                      # the dead claim's lease runs out
+        claimed = conn.execute("UPDATE outbox SET claim_until = now() - interval '1 millisecond' "
+                               "RETURNING id, claim_until").fetchall()
     wait_until(lambda: "sent 2" in system.dispatch(), timeout=10, message="rows sent after the claim lease")
     with system.db() as conn:
         rows = conn.execute("SELECT sent_at, claim_until FROM outbox ORDER BY id").fetchall()
