@@ -49,7 +49,7 @@ REFUSALS = {
     503: ("Service Unavailable", "service_unavailable", "the server is busy or restarting; retry shortly"),
 }
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([^\r]*)", re.IGNORECASE)
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
+_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 _EXPECT_CONTINUE = re.compile(rb"\r\nexpect[ \t]*:[ \t]*100-continue[ \t]*\r\n", re.IGNORECASE)
 
 
@@ -66,31 +66,29 @@ class Verdict:
 MORE = Verdict()
 
 
-def judge(data: bytes, *, max_head: int = MAX_HEAD_BYTES, max_body: int = MAX_BODY_BYTES) -> Verdict:
-    """Whether `data`, the start of an HTTP/1.1 request, holds all of it (pure).
+@dataclass(frozen=True)
+class Head:
+    """What a request's head says about the rest (`refuse`: the status that refuses it before its body)."""
 
-    A Content-Length that is not one number is handed on as it is: gunicorn's parser refuses it (400) from the
-    bytes it holds, without reading more."""
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        return Verdict(refuse=431) if len(data) > max_head else MORE
-    if end > max_head:
-        return Verdict(refuse=431)
-    head = data[:end + 2]
-    if _CHUNKED.search(head):
-        return Verdict(refuse=411)
-    lengths = _CONTENT_LENGTH.findall(head)
-    if not lengths:
-        return Verdict(whole=True)
-    if len(set(lengths)) != 1 or not lengths[0].strip().isdigit() or not lengths[0].strip().isascii():
-        return Verdict(whole=True)
-    length = int(lengths[0].strip())
-    if length > max_body:
-        return Verdict(refuse=413)
-    body = len(data) - (end + 4)
-    if body >= length:
-        return Verdict(whole=True)
-    return Verdict(go_on=body == 0 and bool(_EXPECT_CONTINUE.search(head)))
+    refuse: int | None = None
+    body: int = 0                 # the body's length, to gather before the request is whole
+    expects_continue: bool = False
+
+
+def read_head(head: bytes, *, max_body: int = MAX_BODY_BYTES) -> Head:
+    """The head of an HTTP/1.1 request, up to its blank line (pure). A Content-Length that is not one number is left
+    to gunicorn's parser, which refuses it (400) from the bytes it holds, without reading more."""
+    if _TRANSFER_ENCODING.search(head):
+        return Head(refuse=411)
+    lengths = {value.strip() for value in _CONTENT_LENGTH.findall(head)}
+    if len(lengths) != 1:
+        return Head()
+    length = lengths.pop()
+    if not (length.isdigit() and length.isascii()):
+        return Head()
+    if int(length) > max_body:
+        return Head(refuse=413)
+    return Head(body=int(length), expects_continue=bool(_EXPECT_CONTINUE.search(head)))
 
 
 def refusal(status: int) -> bytes:
@@ -104,11 +102,32 @@ def refusal(status: int) -> bytes:
 
 @dataclass
 class Gathering:
-    """A connection whose request is being read by the event loop."""
+    """The bytes of one request as they arrive, and what they call for (pure: the worker reads and answers).
+    Each piece costs time in proportion to its own length: the head's end is looked for in the new bytes only,
+    and once the head is read only the body's length is counted."""
 
     until: float
     data: bytearray = field(default_factory=bytearray)
+    body_at: int | None = None    # where the body starts, once the head is in
+    head: Head = Head()
     told_to_go_on: bool = False
+
+    def take(self, piece: bytes, *, max_head: int = MAX_HEAD_BYTES) -> Verdict:
+        looked = max(0, len(self.data) - 3)
+        self.data += piece
+        if self.body_at is None:
+            end = self.data.find(b"\r\n\r\n", looked)
+            if end < 0 or end > max_head:
+                return Verdict(refuse=431) if len(self.data) > max_head else MORE
+            self.body_at, self.head = end + 4, read_head(bytes(self.data[:end + 2]))
+            if self.head.refuse is not None:
+                return Verdict(refuse=self.head.refuse)
+        if len(self.data) - self.body_at >= self.head.body:
+            return Verdict(whole=True)
+        if self.head.expects_continue and not self.told_to_go_on and len(self.data) == self.body_at:
+            self.told_to_go_on = True   # gunicorn's parser may say it again: a client reads any 1xx before its
+            return Verdict(go_on=True)  # answer (RFC 9110, 15.2)
+        return MORE
 
 
 class WholeRequestWorker(ThreadWorker):
@@ -150,20 +169,17 @@ class WholeRequestWorker(ThreadWorker):
         self._take(conn, data)
 
     def _take(self, conn, data: bytes) -> None:
-        gathering = self.gathering[conn]
         if self.gathered_bytes + len(data) > MAX_GATHERED_BYTES:
             self._let_go(conn, 503)
             return
-        gathering.data += data
         self.gathered_bytes += len(data)
-        verdict = judge(bytes(gathering.data))
+        verdict = self.gathering[conn].take(data)
         if verdict.refuse is not None:
             self._let_go(conn, verdict.refuse)
         elif verdict.whole:
             self._hand_on(conn)
-        elif verdict.go_on and not gathering.told_to_go_on:
-            gathering.told_to_go_on = True   # gunicorn's parser may say it again: a client reads any 1xx before
-            self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")   # its answer (RFC 9110, 15.2)
+        elif verdict.go_on:
+            self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _stop_gathering(self, conn) -> bytes:
         gathering = self.gathering.pop(conn)
