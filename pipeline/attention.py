@@ -3,7 +3,8 @@ bulk actions that are safe.
 
 The list is the view `tasks_needing_attention` (schema/0008): tasks of current versions whose outcome is
 unknown, whose prompt the provider refused, whose model the provider no longer serves, that failed, that a budget paused, that still wait past their deadline, or that were cancelled
-when the key that saved them was revoked. Each row says which
+when the key that saved them was revoked, and those that wait for the store of media and receipts to take writes
+again ('storage', schema/0027: before their call, or holding a paid result that the store refused). Each row says which
 actions a person may take (`ACTIONS`). Bulk actions are only the safe ones: retrying failed tasks (all or
 nothing: one transaction, one admission check, so over capacity it is 503 and nothing changes) and closing
 unknown tasks as failed with one note. An `unknown` task is never retried in bulk: a retry of it may pay
@@ -22,12 +23,13 @@ from pipeline.core.states import KINDS
 from pipeline.keys import Principal
 from pipeline.settings import Settings
 
-PROBLEMS = ("unknown", "refused", "model_gone", "failed", "budget", "stuck", "revoked")
+PROBLEMS = ("unknown", "refused", "model_gone", "failed", "budget", "storage", "stuck", "revoked")
 # What a person may do with a task, by its problem.
 ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retry",),
            "refused": ("edit_block", "retry"),   # rewrite the prompt; a retry sends the same prompt again
            "model_gone": ("set_live_model", "retry"),   # an operator sets a live *_MODEL and restarts, then a retry
            "budget": ("cancel_version",), "stuck": ("cancel_version",),
+           "storage": (),   # an operator frees space or makes MEDIA_DIR writable; the tasks go on by themselves
            "revoked": ()}   # cancelled with its revoked key: save it again under a live key if it is still wanted
 MAX_BULK = 200
 

@@ -40,9 +40,9 @@ from typing import Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, spend, tasks
+from pipeline import db, spend, storage, tasks
 from pipeline.core import prices
-from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, Transient
+from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, StorageUnavailable, Transient
 from pipeline.core.records import Task
 from pipeline.executor import keep_result
 from pipeline.slots import Call
@@ -67,8 +67,13 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
     data, key = task.input, task.idempotency_key
     body = image_payload(data["model"], data["prompt"], data["size"], data.get("options") or {})
     token = uuid.uuid4()
-    book.write_intent(Intent(task.id, task.attempts, str(token), PROVIDER, data["model"], task.fingerprint, key,
-                             now()))
+    try:
+        book.write_intent(Intent(task.id, task.attempts, str(token), PROVIDER, data["model"], task.fingerprint, key,
+                                 now()))
+    except OSError as exc:   # no receipt, so no line: the task waits for the store, spending no attempt
+        wait = storage.REFUSALS.refused(cfg, "intent receipt", exc)
+        raise StorageUnavailable(f"could not write the intent receipt, so the line was not enlisted: {exc}",
+                                 retry_after=wait) from exc
     booking = call.booking
     with conn.transaction():
         row = db.one(conn, "batch_lines_enlist", {

@@ -5,9 +5,11 @@ hands it here with its `slots.Call`; the executor returns the stored asset or ra
 A media call: write the intent receipt (durable), call the provider outside any transaction, store the
 asset file, write the result receipt (durable), and leave the call's ledger row in the `Call`, which the
 attempt writes with its outcome. Anything that goes wrong before the intent receipt is `Transient` (the
-provider was provably not called). After it, the provider's own classification holds, as the money rule
+provider was provably not called), but a store that refuses the receipt is `StorageUnavailable`: the task
+waits for it without spending an attempt. After it, the provider's own classification holds, as the money rule
 (`pipeline.core.policy.as_decided`) reads it: an `Ambiguous` answer from a provider that honours
-idempotency keys is `Transient`.
+idempotency keys is `Transient`. A paid result the store refuses is held in memory and stored again until
+the attempt's end (`_keep`), then `ResultNotStored` (unknown).
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import fields
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, storage
+from pipeline import bundle, storage, tasks
 from pipeline.core import policy, prices
-from pipeline.core.errors import ConfigError, PipelineError, ProviderError, Transient
+from pipeline.core.errors import (ConfigError, PipelineError, ProviderError, ResultNotStored, StorageUnavailable,
+                                  Transient)
 from pipeline.core.records import Asset, Task
 from pipeline.core.states import MEDIA_KINDS, MEDIUM, TaskKind
 from pipeline.slots import Call
@@ -91,13 +94,15 @@ def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int
 
 class ProviderExecutor:
     def __init__(self, cfg: Settings, providers: dict[str, Provider], store: MediaStore, book: ReceiptBook,
-                 conn: Callable[[], psycopg.Connection]) -> None:
+                 conn: Callable[[], psycopg.Connection], actor: str = "worker") -> None:
         self.cfg, self.providers, self.store, self.book, self.conn = cfg, providers, store, book, conn
+        self.actor = actor   # who the events this executor writes name (its worker)
 
     @classmethod
-    def from_settings(cls, cfg: Settings, conn: Callable[[], psycopg.Connection]) -> "ProviderExecutor":
+    def from_settings(cls, cfg: Settings, conn: Callable[[], psycopg.Connection],
+                      actor: str = "worker") -> "ProviderExecutor":
         """`conn`: the kept connection the bundle is read on (its Runtime's, fork-safe)."""
-        return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn)
+        return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn, actor)
 
     def execute(self, task: Task, call: Call) -> Asset:
         if task.kind == TaskKind.BUNDLE:  # local work, nothing is paid: any failure may simply be retried
@@ -105,8 +110,14 @@ class ProviderExecutor:
                 with tempfile.TemporaryDirectory(prefix="mediapipe-bundle-") as work:
                     path = Path(work) / "bundle.zip"
                     bundle.build(self.conn(), self.store, task.content_id, task.version, path)
-                    sha, size = self.store.put_file(path)
+                    try:
+                        sha, size = self.store.put_file(path)
+                    except OSError as exc:   # the store refuses: wait for it, spending no attempt
+                        wait = storage.REFUSALS.refused(self.cfg, "bundle", exc)
+                        raise StorageUnavailable(f"could not store the bundle: {exc}", retry_after=wait) from exc
                 return Asset(sha, "application/zip", size)
+            except StorageUnavailable:
+                raise
             except (psycopg.Error, OSError, PipelineError) as exc:
                 raise Transient(f"could not build the bundle: {exc}") from exc
         request = request_for(task, seconds_left=(min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
@@ -122,8 +133,12 @@ class ProviderExecutor:
         try:
             self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
                                           provider.model, task.fingerprint, request.idempotency_key, now()))
-        except OSError as exc:   # a full disk, an unreachable bucket: no receipt, so no call
-            raise Transient(f"could not write the intent receipt, so the provider was not called: {exc}") from exc
+        except OSError as exc:   # a full disk, a read-only directory, an unreachable bucket: no receipt, so no call
+            wait = storage.REFUSALS.refused(self.cfg, "intent receipt", exc)
+            raise StorageUnavailable(f"could not write the intent receipt, so the provider was not called: {exc}",
+                                     retry_after=wait) from exc
+        if storage.REFUSALS.count:   # the store takes writes again
+            storage.REFUSALS.count = 0
         started = time.monotonic()
         estimate = prices.estimate(settings, task.kind, task.input)
         record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key,
@@ -140,12 +155,51 @@ class ProviderExecutor:
                 raise
             raise decided from exc
         elapsed = int((time.monotonic() - started) * 1000)
-        asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, elapsed)
-        # The ledger row is written with the outcome (attempt_succeed, or slots.settle); the receipts are the durable
-        # record of the call.
+        # The ledger row is written with the outcome (attempt_succeed, or slots.settle), whether or not the result
+        # can be stored; the receipts are the durable record of the call.
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
         figure = None if call.replay else prices.reported(settings, task.kind, task.input, result.metadata)
         call.ledger = dict(record, outcome="replayed" if call.replay else "succeeded", http_status=200,
                                  latency_ms=elapsed, reported_cost=figure, usage=result.metadata.get("usage"),
                                  cost=0.0 if call.replay else (estimate if figure is None else figure))
-        return asset
+        return self._keep(task, settings, result, elapsed)
+
+    def _keep(self, task: Task, settings: ProviderSettings, result: Result, call_ms: int) -> Asset:
+        """Store a paid call's result and its result receipt.
+
+        While the store refuses, the result waits in this process's memory and is stored again after a capped,
+        jittered backoff, until the attempt's end (`attempt_ends_at`, never past the deadline), the heartbeat
+        keeping the lease and the input's hold meanwhile; a `storage_wait` event marks the task, so the attention
+        list shows the store failing. Past the attempt's end, `ResultNotStored`: the task is unknown, never paid
+        for again unasked, or, from a provider that honours idempotency keys, retried with the key that the provider
+        answers with this same result."""
+        end = min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
+        marked = False
+        while True:
+            try:
+                asset = keep_result(self.store, self.book, task.id, task.attempts, task.lease_token, result, call_ms)
+            except OSError as exc:
+                wait = storage.REFUSALS.refused(self.cfg, "paid result", exc)
+                marked = marked or self._mark_held(task, exc)
+                if datetime.now(timezone.utc) + timedelta(seconds=wait) < end:
+                    time.sleep(wait)   # the result is in memory only: try the store again, within the attempt
+                    continue
+                held = ResultNotStored(f"the provider answered (and may have charged), but its result could not be "
+                                       f"stored before the attempt's end: {exc}")
+                held.__cause__ = exc
+                decided = policy.as_decided(held, honours_idempotency_key=settings.honours_idempotency_key)
+                raise decided from (exc if decided is held else held)
+            if storage.REFUSALS.count:
+                storage.REFUSALS.count = 0
+            return asset
+
+    def _mark_held(self, task: Task, exc: OSError) -> bool:
+        """Record that this attempt holds a paid result the store refused (a `storage_wait` event under its lease);
+        False when PostgreSQL could not be told, so the next refusal tries again."""
+        try:
+            tasks.record_event(self.conn(), task, "storage_wait", actor=self.actor,
+                               reason=f"a paid result waits in memory: the store refused it ({exc})",
+                               details={"error_class": exc.__class__.__name__})
+        except psycopg.Error:
+            return False
+        return True

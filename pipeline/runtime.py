@@ -179,7 +179,7 @@ def with_providers(settings: Settings, worker_id: str | None = None) -> Runtime:
     process holds two connections in all: this one and the heartbeat's)."""
     from pipeline.executor import ProviderExecutor
     rt = Runtime(settings, None, **({"worker_id": worker_id} if worker_id else {}))
-    rt.executor = ProviderExecutor.from_settings(settings, rt.conn)
+    rt.executor = ProviderExecutor.from_settings(settings, rt.conn, actor=rt.worker_id)
     return rt
 
 

@@ -157,6 +157,7 @@ class Settings:
     session_idle_seconds: float = 3600.0       # a UI session ends after this long without a request
     session_max_seconds: float = 43_200.0      # and this long after sign-in, whatever happens
     trusted_proxies: int = 0                   # reverse proxies in front of the web app (ProxyFix); 0: none
+    web_request_seconds: float = 30.0          # a request reaches the app only whole, within this (bin/webworker.py)
     media_url_ttl_seconds: int = 86_400        # lifetime of the delivery manifest's signed media URLs
     media_link_cache: str = "private"          # "public": caches may keep a signed link's answer until it expires
     metrics_token: str | None = field(default=None, repr=False)   # Bearer token for /metrics
@@ -468,6 +469,7 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
         "session_idle_seconds": ("SESSION_IDLE_SECONDS", _float("SESSION_IDLE_SECONDS", 10, 30 * 86_400)),
         "session_max_seconds": ("SESSION_MAX_SECONDS", _float("SESSION_MAX_SECONDS", 10, 90 * 86_400)),
         "trusted_proxies": ("TRUSTED_PROXIES", _int("TRUSTED_PROXIES", 0, 5)),
+        "web_request_seconds": ("WEB_REQUEST_SECONDS", _float("WEB_REQUEST_SECONDS", 1, 3600)),
         "media_url_ttl_seconds": ("MEDIA_URL_TTL_SECONDS", _int("MEDIA_URL_TTL_SECONDS", 60, 30 * 86_400)),
         "media_link_cache": ("MEDIA_LINK_CACHE", _choice("MEDIA_LINK_CACHE", ("private", "public"))),
         "metrics_token": ("METRICS_TOKEN", _secret("METRICS_TOKEN")),

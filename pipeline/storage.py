@@ -4,20 +4,45 @@ Every process builds its stores here, so a worker, the reconciler, the bundle an
 web app on any machine read and write the same objects. One S3 client is kept per
 process (and remade after a fork: a forked work horse must not share its parent's
 connections). The web app reaches the store through this module, never receipts/.
+It also counts the writes the store refused in a row, per process (`REFUSALS`): how long a
+task waits for a failing store to come back grows with that count.
 """
 
 from __future__ import annotations
 
 import os
+import random
+from dataclasses import dataclass, field
 from typing import Iterator
 
+from pipeline.core.policy import backoff_seconds
 from pipeline.core.records import content_disposition
+from pipeline.log import log
 from pipeline.settings import Settings, StorageSettings
 from receipts.calls import ReceiptBook
 from receipts.media import MediaStore
 from receipts.objects import LocalObjects, Objects, S3Objects, s3_client
 
 _clients: dict[tuple, object] = {}
+
+
+@dataclass
+class Refusals:
+    """The writes the store refused in a row, in this process (a full disk, a read-only directory, a refusing
+    bucket); a write it took sets `count` back to 0."""
+
+    count: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def refused(self, cfg: Settings, what: str, exc: OSError) -> float:
+        """One more refusal: logged, and the seconds to wait before writing again, a backoff capped and jittered as
+        a retry's (BACKOFF_BASE_SECONDS, BACKOFF_CAP_SECONDS) that grows while the store keeps refusing."""
+        self.count += 1
+        log("store_refused", what=what, refusals=self.count, error=f"{exc.__class__.__name__}: {exc}"[:300])
+        return backoff_seconds(self.count, cfg.backoff_base_seconds, cfg.backoff_cap_seconds, self.rng)
+
+
+REFUSALS = Refusals()   # this process's
 
 
 def _client(s: StorageSettings) -> object:

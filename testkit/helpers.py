@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import shutil
+import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import redis
 from rq import Queue
@@ -39,6 +43,38 @@ def wait_until(condition: Callable[[], object], timeout: float = 20.0, interval:
         if time.monotonic() > deadline:
             raise AssertionError(f"{message} did not hold within {timeout} s")
         time.sleep(interval)
+
+
+@contextmanager
+def unwritable(folder: Path) -> Iterator[Path]:
+    """`folder` takes no new entries until the block ends, as a read-only mount or a full disk refuses them: made
+    immutable (`chattr +i`) when we are root, whom permission bits do not stop, else stripped of write permission.
+    A probe write proves it; where neither works (a file system without the flag) the test skips, or fails under
+    CI=true."""
+    import pytest
+
+    folder.mkdir(parents=True, exist_ok=True)
+    as_root = os.geteuid() == 0 and shutil.which("chattr") is not None
+    if as_root:
+        subprocess.run(["chattr", "+i", str(folder)], capture_output=True)
+    else:
+        folder.chmod(0o555)
+    try:
+        probe = folder / ".probe"
+        try:
+            probe.write_bytes(b"")
+        except OSError:
+            pass
+        else:
+            probe.unlink()
+            message = f"cannot make {folder} refuse writes here (chattr +i, or chmod as a user other than root)"
+            pytest.fail(message) if os.environ.get("CI") == "true" else pytest.skip(message)
+        yield folder
+    finally:
+        if as_root:
+            subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+        else:
+            folder.chmod(0o755)
 
 
 def lesson(n: int = 3, *, title: str = "校园生活", locale: str = "zh-CN", prefix: str = "") -> dict:

@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool
 from pipeline import servers
 from pipeline.settings import Settings
 
-POOL_SIZE = 4            # connections one web process keeps at most (a gunicorn sync worker needs one)
+POOL_SIZE = 4            # connections one web process keeps at most: one per thread (bin/gunicorn_conf.py)
 POOL_WAIT_SECONDS = 5.0  # how long a request waits for a free or a new connection
 _POOL_LOCK = threading.Lock()
 

@@ -87,9 +87,11 @@ class DatabaseCollector:
         yield cost
         waits = CounterMetricFamily("mediapipe_task_waits", "Waits that spend no attempt, by what the task waits for "
                                     "(busy: the provider or its rate; slot: a free call slot; input: another task "
-                                    "making the same input; budget: a spend limit)", labels=["waiting_for"])
+                                    "making the same input; budget: a spend limit; storage: the store of media and "
+                                    "receipts refusing writes, before a call or holding its paid result)",
+                                    labels=["waiting_for"])
         seen = {row["waiting_for"]: row["n"] for row in self.reading["waits"]}
-        for reason in ("busy", "slot", "input", "budget"):
+        for reason in ("busy", "slot", "input", "budget", "storage"):
             waits.add_metric([reason], seen.get(reason, 0))
         yield waits
         yield from latency_histograms(self.reading["latency"])

@@ -119,7 +119,7 @@ SCHEMAS = {
         "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
         "last_error_code": {"enum": [*(reason.value for reason in Reason), None],
                             "description": "why the decision that recorded last_error was made"},
-        "waiting_for": {"enum": ["input", "budget", None]},
+        "waiting_for": {"enum": ["input", "budget", "storage", None]},
         "sha256": {"type": ["string", "null"]}, "asset_url": {"type": ["string", "null"]},
         "events": {"type": "array", "items": OBJECT}}},
     "Version": {"type": "object", "properties": {

@@ -30,6 +30,8 @@ ERROR_WORDS = {
     "busy": _l("The provider was busy or rate limited; trying again later without using up an attempt"),
     "waiting_input": _l("Another task is making the same media; waiting for it without using up an attempt"),
     "budget": _l("Paused by a spend budget; trying again later without using up an attempt"),
+    "storage": _l("Media and receipts could not be written (a full disk, a read-only directory?); trying again "
+                  "later without using up an attempt"),
     "transient": _l("The request never reached the provider"),
     "permanent_error": _l("The provider refused the request"),
     "refused": _l("The provider refused this prompt; edit the block to rewrite it"),

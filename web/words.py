@@ -85,7 +85,7 @@ ACTION_WORDS = {   # the English words are the action's own name (but the rerun'
     "cancel": _l("cancel"), "cancelled": _l("cancelled"), "superseded": _l("superseded"),
     "rejected": _l("rejected"), "changes_requested": _l("changes requested"),
     "approval_withdrawn": _l("approval withdrawn"), "regenerated": _l("regenerated"),
-    "batched": _l("sent in a batch"),
+    "batched": _l("sent in a batch"), "storage_wait": _l("waiting for storage"),
 }
 # How a block or a media changed between two versions (pipeline.core.compare).
 CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("changed"),
@@ -95,6 +95,7 @@ CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("c
 PROBLEM_WORDS = {"unknown": _l("outcome unknown"), "refused": _l("the provider refused this prompt"),
                  "model_gone": _l("the provider no longer serves its model"),
                  "failed": _l("failed"), "budget": _l("paused by a budget"),
+                 "storage": _l("local storage failing: media and receipts cannot be written"),
                  "stuck": _l("past its deadline"), "revoked": _l("cancelled: its key was revoked")}
 ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible second charge"),
                           "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
@@ -204,6 +205,8 @@ DIAGNOSIS_WORDS = {
     "waiting_for_input": _l("waiting for another task that makes the same input: its end wakes it (at the latest %(until)s)"),
     "waiting_for_budget": _l("waiting for the provider's budget, until %(until)s"),
     "waiting_for_slot": _l("waiting for a free call slot: the next one to free wakes it (at the latest %(until)s)"),
+    "waiting_for_storage": _l("waiting for the store of media and receipts to take writes again: it tries again at "
+                              "%(until)s, without using up an attempt"),
     "backing_off": _l("backing off until %(until)s (attempt %(attempt)s of %(max_attempts)s)"),
     "lane_paused": _l("the bulk lane is paused since %(since)s by %(by)s: it starts when the lane resumes, and its "
                       "deadline moves on by the pause"),

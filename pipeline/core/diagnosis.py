@@ -33,6 +33,8 @@ class Diagnosis:
             "waiting_for_input": "waiting for another task that makes the same input: its end wakes it (at the latest {until})",
             "waiting_for_budget": "waiting for the provider's budget, until {until}",
             "waiting_for_slot": "waiting for a free call slot: the next one to free wakes it (at the latest {until})",
+            "waiting_for_storage": "waiting for the store of media and receipts to take writes again: it tries "
+                                   "again at {until}, without using up an attempt",
             "backing_off": "backing off until {until} (attempt {attempt} of {max_attempts})",
             "lane_paused": "the bulk lane is paused since {since} by {by}: it starts when the lane resumes, and "
                            "its deadline moves on by the pause",
@@ -63,8 +65,8 @@ def diagnose(task: dict, unmet: list[dict], *, now: datetime, scan_seconds: floa
         return Diagnosis("waiting_for_dependency", {"kind": first["kind"], "task_id": first["id"],
                                                     "status": first["status"]})
     if task["available_at"] > now:
-        code = {"input": "waiting_for_input", "budget": "waiting_for_budget",
-                "slot": "waiting_for_slot"}.get(task["waiting_for"], "backing_off")
+        code = {"input": "waiting_for_input", "budget": "waiting_for_budget", "slot": "waiting_for_slot",
+                "storage": "waiting_for_storage"}.get(task["waiting_for"], "backing_off")
         return Diagnosis(code, {"until": task["available_at"], "attempt": task["attempts"] + 1,
                                 "max_attempts": task["max_attempts"]})
     if task.get("lane_paused_at") is not None:

@@ -4,8 +4,8 @@ Everything the system raises on purpose derives from one root, `PipelineError` (
 errors on the lowest floor, providers/errors.py, and re-exported here). How a provider call ended is the
 providers' own vocabulary (`ProviderError` and its four classes Permanent, Transient, Ambiguous, Busy),
 re-exported here because the pipeline's decisions are made in it. The pipeline's own waits
-(`WaitingForInput`, `SlotsBusy`, `BudgetReached`) are `Busy`, so the retry policy treats them alike. This
-module does no I/O.
+(`WaitingForInput`, `SlotsBusy`, `BudgetReached`, `StorageUnavailable`) are `Busy`, so the retry policy treats
+them alike, and a paid result the store never took (`ResultNotStored`) is `Ambiguous`. This module does no I/O.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from providers.errors import Ambiguous, Busy, ModelGone, Permanent, PipelineErro
 
 __all__ = ["PipelineError", "InvalidInput", "NotFound", "Conflict", "CapacityExceeded", "KeyLimitReached",
            "LeaseLost", "StaleTransition", "ConfigError", "Cancelled", "WaitingForInput", "BudgetReached",
+           "StorageUnavailable", "ResultNotStored",
            # the providers' vocabulary (providers/errors.py), which the pipeline's decisions speak too
            "ProviderError", "Permanent", "Refused", "ModelGone", "Transient", "Ambiguous", "Busy"]
 
@@ -84,6 +85,19 @@ class BudgetReached(Busy):
     """The call would pass a spend limit: it is not made; the task waits, spending no attempt."""
 
     waiting_for = "budget"
+
+
+class StorageUnavailable(Busy):
+    """The store of receipts and media refused a write before any paid call (a full disk, a read-only directory,
+    a refusing bucket): the task waits, spending no attempt, `retry_after` being a capped, jittered backoff that
+    grows while the store keeps failing; never past the task's deadline."""
+
+    waiting_for = "storage"
+
+
+class ResultNotStored(Ambiguous):
+    """A paid call's result could not be stored within its attempt's time: only the provider knows it now, so the
+    task is `unknown` (invariant 3), never paid for again unasked."""
 
 
 class Cancelled(PipelineError):

@@ -27,6 +27,7 @@ class Reason(str, Enum):
     BUSY = "busy"                              # rate limited or no free slot: retry, no attempt spent
     WAITING_INPUT = "waiting_input"            # another task makes the same input: wait, no attempt spent
     BUDGET = "budget"                          # a spend limit is reached: wait, no attempt spent
+    STORAGE = "storage"                        # the store of receipts and media cannot be written: wait, no attempt
     UNKNOWN_OUTCOME = "unknown_outcome"        # the provider may have acted (and charged): unknown
     UNCLASSIFIED_ERROR = "unclassified_error"  # an error we cannot classify: unknown, never retried
     PERMANENT_ERROR = "permanent_error"        # the provider refused for good: failed

@@ -17,7 +17,8 @@ from pipeline.core.outcome import Outcome, Reason
 from pipeline.core.records import clip
 from pipeline.core.states import TaskStatus
 
-WAITS = {"input": Reason.WAITING_INPUT, "budget": Reason.BUDGET}   # Busy subclasses' `waiting_for`
+WAITS = {"input": Reason.WAITING_INPUT, "budget": Reason.BUDGET,   # Busy subclasses' `waiting_for`
+         "storage": Reason.STORAGE}
 WOKEN = (SlotsBusy, WaitingForInput)   # waits a release ends (a slot freed, the input's holder done), not a timer
 
 

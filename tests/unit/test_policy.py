@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pipeline.core import policy
-from pipeline.core.errors import (Ambiguous, BudgetReached, Busy, Cancelled, LeaseLost, Permanent, SlotsBusy,
-                                  Transient, WaitingForInput)
+from pipeline.core.errors import (Ambiguous, BudgetReached, Busy, Cancelled, LeaseLost, Permanent, ResultNotStored,
+                                  SlotsBusy, StorageUnavailable, Transient, WaitingForInput)
 from pipeline.core.outcome import Reason
 from pipeline.core.states import TaskStatus
 
@@ -38,6 +38,8 @@ def after(error, attempts=1, max_attempts=3, deadline=NOW + timedelta(hours=1)):
     (SlotsBusy("all 4 call slots are in use", retry_after=60), TaskStatus.RETRY, Reason.BUSY, None),
     (WaitingForInput("task 7 makes it", retry_after=5), TaskStatus.RETRY, Reason.WAITING_INPUT, None),
     (BudgetReached("paused: daily budget reached", retry_after=5), TaskStatus.RETRY, Reason.BUDGET, None),
+    (StorageUnavailable("could not write the intent receipt", retry_after=2), TaskStatus.RETRY, Reason.STORAGE, None),
+    (ResultNotStored("the result could not be stored"), TaskStatus.UNKNOWN, Reason.UNKNOWN_OUTCOME, None),
     (KeyError("boom"), TaskStatus.UNKNOWN, Reason.UNCLASSIFIED_ERROR, None),
 ])
 def test_each_error_class_is_decided_with_its_code(error, to, code, dead):
@@ -50,6 +52,24 @@ def test_a_wait_spends_no_attempt_and_says_what_it_waits_for():
     parked = after(WaitingForInput("task 7 makes it", retry_after=5))
     assert parked.refund_attempt and parked.waiting_for == "input" and parked.available_at == NOW + timedelta(seconds=5)
     assert after(Busy("429", retry_after=5)).waiting_for is None
+
+
+def test_a_store_that_refuses_writes_before_the_call_is_waited_for_without_spending_an_attempt_to_the_deadline():
+    # given a task on its last attempt: a wait for the store does not use it up
+    waited = after(StorageUnavailable("could not write the intent receipt", retry_after=7), attempts=3)
+    assert (waited.to, waited.waiting_for, waited.refund_attempt, waited.available_at) == (
+        TaskStatus.RETRY, "storage", True, NOW + timedelta(seconds=7))
+    # but the wait never passes the task's deadline: past it, the task fails as a busy one does
+    late = after(StorageUnavailable("could not write the intent receipt", retry_after=60),
+                 deadline=NOW + timedelta(seconds=30))
+    assert (late.to, late.dead_letter) == (TaskStatus.FAILED, "deadline passed while busy")
+
+
+def test_a_paid_result_the_store_refused_is_unknown_unless_the_provider_answers_its_key_again():
+    held = ResultNotStored("the provider answered, but its result could not be stored")
+    assert not policy.unpaid(held)   # it was paid for: the booking stays
+    assert policy.as_decided(held, honours_idempotency_key=False) is held
+    assert isinstance(policy.as_decided(held, honours_idempotency_key=True), Transient)
 
 
 def test_a_transient_error_fails_when_attempts_or_time_run_out():

@@ -243,7 +243,7 @@ def test_the_attention_list_shows_what_needs_a_person_across_contents_with_what_
         "unknown", ["retry_with_consent", "resolve_failed"])
     assert rows[paused["id"]]["problem"] == "budget" and rows[stuck["id"]]["problem"] == "stuck"
     assert doc["counts"] == {"unknown": 1, "failed": 1, "budget": 1, "stuck": 1, "revoked": 0, "refused": 0,
-                             "model_gone": 0}
+                             "model_gone": 0, "storage": 0}
     # filters
     assert [r["id"] for r in api.get("/api/attention?problem=unknown").json["items"]] == [unknown["id"]]
     assert {r["id"] for r in api.get(f"/api/attention?content_id={other['content_id']}").json["items"]} == {
