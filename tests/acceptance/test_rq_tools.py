@@ -36,7 +36,7 @@ def pool_queues(stack: DevStack) -> list[str]:
     for kind in KINDS:
         found += [",".join(lanes.worker_queues(kind))] * lanes.workers(stack.cfg, kind)
         found += [kind] * lanes.interactive_workers(stack.cfg, kind)
-    return sorted(found)
+    return sorted(found + ["webhook"] * stack.cfg.webhooks.workers)
 
 
 def test_rq_info_and_rq_dashboard_find_our_queues_our_workers_and_the_job_a_worker_runs(database_url, redis_url,
