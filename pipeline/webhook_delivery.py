@@ -36,7 +36,7 @@ from pipeline.settings import Settings, load
 
 QUEUE = "webhook"
 JOB_FUNC = "pipeline.webhook_delivery.deliver"   # the one function the webhook pool runs (bin/worker.py)
-LEASE_MARGIN = 15.0   # seconds a message's lease outlives its attempt's timeout
+LEASE_MARGIN = 5.0   # seconds a lease outlives its attempt's timeout (the host lookup and two short transactions)
 OUTCOME_STATUS = {"delivered": "delivered", "retry": "pending", "dead": "dead", "gone": "dead"}
 
 
