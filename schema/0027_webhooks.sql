@@ -41,6 +41,7 @@ CREATE TABLE webhook_events (
     data       jsonb NOT NULL DEFAULT '{}',   -- thin: ids, statuses, reasons; never a secret or a signed link
     created_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX webhook_events_created ON webhook_events (created_at);   -- retention (pipeline/reconcile.py)
 
 -- One message per (event, endpoint): its id is the webhook-id of every attempt. `pending` rows are this table's
 -- outbox: the dispatcher claims due ones (claim_token, claim_until), enqueues one RQ message each on the `webhook`

@@ -119,3 +119,12 @@ UPDATE webhook_deliveries SET status = %(status)s, last_status = %(http_status)s
        dead_reason = CASE WHEN %(status)s = 'dead' THEN %(reason)s END
 WHERE id = %(delivery_id)s AND lease_token = %(lease_token)s AND status = 'pending'
 RETURNING id, status;
+
+-- webhook_events_prune: events older than `days` none of whose messages is still pending, oldest first, a batch at
+-- a time; their messages and attempts go with them
+DELETE FROM webhook_events e
+WHERE e.id IN (SELECT x.id FROM webhook_events x
+               WHERE x.created_at < now() - make_interval(days => %(days)s)
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = x.id AND d.status = 'pending')
+               ORDER BY x.created_at LIMIT %(limit)s)
+RETURNING e.id;

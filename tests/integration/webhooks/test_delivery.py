@@ -248,3 +248,19 @@ def test_the_dead_workers_attempt_is_recorded_as_lost_and_the_message_sent_again
                  (row["id"],))
     [row] = until_settled(cfg, conn)
     assert row["status"] == "delivered" and attempts(conn) == [(1, None, "lost"), (2, 200, "delivered")]
+
+
+def test_retention_deletes_old_settled_events_with_their_messages_and_keeps_pending_ones(cfg, conn, receiver):
+    from pipeline.reconcile import Reconciler
+    registered(conn, cfg, receiver)
+    event(conn)
+    until_settled(cfg, conn)
+    receiver.script(500)
+    event(conn)
+    send_webhooks(cfg)   # the second one failed once and waits for its retry
+    # given both events are past MEDIA_RETENTION_DAYS
+    conn.execute("UPDATE webhook_events SET created_at = now() - interval '400 days'")
+    report = Reconciler(cfg, conn, {}).run()
+    assert report.counts["webhook_events_deleted"] == 1
+    assert [r["status"] for r in deliveries(conn)] == ["pending"]
+    assert [a[2] for a in attempts(conn)] == ["retry"]
