@@ -165,7 +165,7 @@ def reconcile_main(argv: list[str]) -> int:
 def dispatch_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bin/dispatch", description=(
         "Send due outbox rows to RQ: interactive rows at once, bulk rows as the bulk queues have room "
-        "(BULK_QUEUE_DEPTH). Exit codes: 0 stopped (or --once done), 2 cannot reach PostgreSQL."))
+        "(BULK_QUEUE_DEPTH), and due webhook messages to the webhook queue. Exit codes: 0 stopped (or --once done), 2 cannot reach PostgreSQL."))
     parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
     args = parser.parse_args(argv)
     cfg = _settings(redis=True)
@@ -181,7 +181,7 @@ def dispatch_main(argv: list[str]) -> int:
             with servers.connect(cfg, session=True) as conn:
                 total = 0
                 while (sent := dispatch.send_due(conn, conn_redis, claim_seconds=cfg.dispatch_claim_seconds,
-                                                 bulk_depth=depth)):
+                                                 bulk_depth=depth, lost_seconds=cfg.lost_dispatch_seconds)):
                     total += sent
         except psycopg.OperationalError as exc:
             print(f"cannot reach PostgreSQL: {exc}", file=sys.stderr)
@@ -192,7 +192,8 @@ def dispatch_main(argv: list[str]) -> int:
     try:
         dispatch.run_forever(lambda: servers.connect(cfg, session=True), conn_redis,
                              claim_seconds=cfg.dispatch_claim_seconds, should_stop=stop.is_set, bulk_depth=depth,
-                             scan=_recovery_scan(cfg), scan_every=cfg.recovery_scan_seconds)
+                             scan=_recovery_scan(cfg), scan_every=cfg.recovery_scan_seconds,
+                             lost_seconds=cfg.lost_dispatch_seconds)
     except servers.ServerUnusable as exc:   # the server changed under us (a pooler put in front, say)
         print(f"cannot use PostgreSQL: {exc}", file=sys.stderr)
         return 2
@@ -329,9 +330,9 @@ def bulk_main(argv: list[str]) -> int:
 def workers_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bin/workers", description=(
         "Print how many worker processes a Procfile pool runs on this machine, from the settings (README, "
-        "\"Lanes\"): KIND's pool on both lanes, or with --interactive its pool on the interactive queue only. "
-        "Exit codes: 0 printed, 2 bad configuration."))
-    parser.add_argument("kind", choices=KINDS)
+        "\"Lanes\"): KIND's pool on both lanes, or with --interactive its pool on the interactive queue only; "
+        "`webhook`: the webhook pool (WEBHOOK_WORKERS). Exit codes: 0 printed, 2 bad configuration."))
+    parser.add_argument("kind", choices=(*KINDS, "webhook"))
     parser.add_argument("--interactive", action="store_true", help="the pool that listens to the interactive "
                                                                    "queue only")
     args = parser.parse_args(argv)
@@ -341,5 +342,8 @@ def workers_main(argv: list[str]) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     from pipeline.core import lanes
-    print(lanes.interactive_workers(cfg, args.kind) if args.interactive else lanes.workers(cfg, args.kind))
+    if args.kind == "webhook":
+        print(cfg.webhooks.workers)
+    else:
+        print(lanes.interactive_workers(cfg, args.kind) if args.interactive else lanes.workers(cfg, args.kind))
     return 0

@@ -37,6 +37,8 @@ from PIL import Image
 
 from pipeline import attempt, dispatch, runtime  # noqa: F401 - imported before the pool forks (see above)
 from pipeline import executor  # noqa: F401 - the executor, likewise
+from pipeline import webhook_delivery, webhooks
+from pipeline.core.errors import ConfigError
 from pipeline.core.lanes import MOST_PER_MESSAGE
 from pipeline.log import log
 from providers import local_image, openai_http  # noqa: F401 - adapters the registry imports when built
@@ -55,11 +57,11 @@ def warm_up() -> None:
         log("warm_up_deferred", worker=rt.worker_id, error=f"{exc.__class__.__name__}: {exc}"[:300])
 
 
-def refused(job) -> str | None:
-    """Why a message may not run, or None: it must be exactly ours, `pipeline.attempt.run_task` with one to
-    MOST_PER_MESSAGE integer task ids, asking RQ for nothing else: no callback (RQ imports and calls the dotted
-    path a job names), no webhook (RQ 3 sends it when the job ends), no dependency, no retry or repeat (RQ would
-    enqueue the job again by itself)."""
+def refused(job, runs: str = dispatch.JOB_FUNC, most: int = MOST_PER_MESSAGE) -> str | None:
+    """Why a message may not run, or None: it must be exactly ours, `runs` (`pipeline.attempt.run_task`, or the
+    webhook pool's `pipeline.webhook_delivery.deliver`) with one to `most` integer ids, asking RQ for nothing else:
+    no callback (RQ imports and calls the dotted path a job names), no webhook (RQ 3 sends it when the job ends),
+    no dependency, no retry or repeat (RQ would enqueue the job again by itself)."""
     try:
         name, args, kwargs = job.func_name, job.args, job.kwargs
     except DeserializationError:
@@ -75,11 +77,10 @@ def refused(job) -> str | None:
         return "it depends on other jobs; messages of ours depend on none (PostgreSQL keeps the order)"
     if job.retries_left or job.repeats_left:
         return "it asks RQ to run it again (retry or repeat); messages of ours never do (PostgreSQL decides)"
-    if name != dispatch.JOB_FUNC:
-        return f"it names {str(name)[:100]!r}; workers run only {dispatch.JOB_FUNC}"
-    if kwargs or not 1 <= len(args) <= MOST_PER_MESSAGE or any(isinstance(a, bool) or not isinstance(a, int)
-                                                             for a in args):
-        return f"{dispatch.JOB_FUNC} takes one to {MOST_PER_MESSAGE} task ids"
+    if name != runs:
+        return f"it names {str(name)[:100]!r}; these workers run only {runs}"
+    if kwargs or not 1 <= len(args) <= most or any(isinstance(a, bool) or not isinstance(a, int) for a in args):
+        return f"{runs} takes one to {most} integer ids"
     return None
 
 
@@ -125,6 +126,7 @@ class Worker(SparseBookkeeping, SimpleWorker):
 
     max_connection_wait_time = 5.0
     job_class = dispatch.MessageJob
+    runs, most = dispatch.JOB_FUNC, MOST_PER_MESSAGE   # the one function its messages may name, with 1..most ids
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["serializer"] = dispatch.SERIALIZER   # whatever the command line says: never unpickle a message
@@ -140,7 +142,7 @@ class Worker(SparseBookkeeping, SimpleWorker):
         above cannot read it, so no code in it runs), and a JSON message naming any other function (RQ would
         import and call any dotted path) is refused: it goes to RQ's failed registry, and PostgreSQL, which
         decides all work, is not touched."""
-        refusal = refused(job)
+        refusal = refused(job, self.runs, self.most)
         if refusal:
             log("job_refused", job_id=job.id, queue=queue.name, reason=refusal)
             job.webhooks = []   # RQ's failure handling would send the message's own "failed" webhooks,
@@ -184,3 +186,33 @@ class Worker(SparseBookkeeping, SimpleWorker):
                 log("worker_waiting_for_redis", worker=self.name, error=f"{exc.__class__.__name__}: {exc}"[:200])
                 sleep(wait)
                 wait = min(wait * 2, self.max_connection_wait_time)
+
+
+class WebhookWorker(Worker):
+    """The webhook pool's worker (the Procfile's worker-webhook, on the `webhook` queue alone): it runs only
+    `pipeline.webhook_delivery.deliver(delivery_id)`, one attempt at one message, and refuses anything else, as
+    the task workers refuse webhook messages. It builds no provider: it keeps one PostgreSQL connection."""
+
+    runs, most = webhook_delivery.JOB_FUNC, 1
+
+    def perform_job(self, job, queue, execution) -> bool:
+        """RQ's time limit for the job: twice the attempt's timeout (the request's own watchdog ends it first),
+        and 30 s more for the database."""
+        if not job.timeout or job.timeout < 0:
+            job.timeout = int(2 * webhook_delivery.current().cfg.webhooks.timeout_seconds + 30)
+        return super(Worker, self).perform_job(job, queue, execution)
+
+    def work(self, *args, **kwargs) -> bool:
+        kwargs["with_scheduler"] = False
+        sender = webhook_delivery.current()
+        try:
+            webhooks.secret_key(sender.cfg)
+        except ConfigError as exc:
+            log("webhook_worker_refused", error=str(exc))
+            raise SystemExit(2)
+        try:
+            sender.conn()
+        except psycopg.OperationalError as exc:
+            log("warm_up_deferred", worker=sender.worker, error=f"{exc.__class__.__name__}: {exc}"[:300])
+        self.wait_for_redis()
+        return super(Worker, self).work(*args, **kwargs)

@@ -29,7 +29,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
-from pipeline import db
+from pipeline import db, webhook_delivery
 from pipeline.core.states import KINDS
 from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name, tasks_per_message
 from pipeline.log import log
@@ -202,10 +202,14 @@ def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[d
 
 
 def send_due(conn: psycopg.Connection, conn_redis: redis.Redis, *, batch: int = 200,
-             claim_seconds: float = 30.0, bulk_depth: Mapping[str, int] | None = None) -> int:
-    """Send one batch of due interactive rows, then fill the bulk queues' free places; how many were sent."""
+             claim_seconds: float = 30.0, bulk_depth: Mapping[str, int] | None = None,
+             lost_seconds: float = 60.0) -> int:
+    """Send one batch of due interactive rows, then fill the bulk queues' free places, then one batch of due
+    webhook messages (pipeline/webhook_delivery.py); how many were sent."""
     sent = _send(conn, conn_redis, "outbox_claim", {"limit": batch}, claim_seconds)
-    return sent + send_bulk(conn, conn_redis, depth=bulk_depth or DEFAULT_BULK_DEPTH, claim_seconds=claim_seconds)
+    sent += send_bulk(conn, conn_redis, depth=bulk_depth or DEFAULT_BULK_DEPTH, claim_seconds=claim_seconds)
+    return sent + webhook_delivery.send_due(conn, conn_redis, batch=batch, claim_seconds=claim_seconds,
+                                            lost_seconds=lost_seconds)
 
 
 def _bulk_room(conn_redis: redis.Redis, depth: Mapping[str, int]) -> dict[str, int]:
@@ -259,7 +263,8 @@ def send_now(conn: psycopg.Connection, conn_redis: redis.Redis, outbox_ids: Iter
 def run_forever(connect: Callable[[], psycopg.Connection], conn_redis: redis.Redis, *, idle_sleep: float = 0.2,
                 claim_seconds: float = 30.0, should_stop: Callable[[], bool] = lambda: False,
                 bulk_depth: Mapping[str, int] | None = None,
-                scan: Callable[[psycopg.Connection], object] | None = None, scan_every: float = 5.0) -> None:
+                scan: Callable[[psycopg.Connection], object] | None = None, scan_every: float = 5.0,
+                lost_seconds: float = 60.0) -> None:
     """The long-running dispatcher: send batches while there are due rows, else nap briefly; every
     `scan_every` seconds, `scan` (the reconciler's recovery scans) on the same connection."""
     conn = None
@@ -271,7 +276,8 @@ def run_forever(connect: Callable[[], psycopg.Connection], conn_redis: redis.Red
             if scan is not None and time.monotonic() - scanned >= scan_every:
                 scanned = time.monotonic()
                 scan(conn)
-            if send_due(conn, conn_redis, claim_seconds=claim_seconds, bulk_depth=bulk_depth) == 0:
+            if send_due(conn, conn_redis, claim_seconds=claim_seconds, bulk_depth=bulk_depth,
+                        lost_seconds=lost_seconds) == 0:
                 time.sleep(idle_sleep)
         except (psycopg.OperationalError, redis.RedisError) as exc:
             log("dispatcher_waiting", error=f"{exc.__class__.__name__}: {exc}"[:300])

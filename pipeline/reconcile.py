@@ -223,10 +223,15 @@ class Reconciler:
                                                         "errors": 0})
 
     def _retain(self, report: Report) -> None:
-        """Delete assets nothing current uses and compact old receipts, past MEDIA_RETENTION_DAYS; fold the
-        admission counters of database connections that have ended."""
+        """Delete assets nothing current uses, compact old receipts and delete settled webhook events (with their
+        messages and attempts), past MEDIA_RETENTION_DAYS; fold the admission counters of database connections that
+        have ended."""
         report.add("pending_counts_folded", len(db.all(self.conn, "admission_fold_counts")))
         days = self.cfg.media_retention_days
+        while pruned := len(db.all(self.conn, "webhook_events_prune", {"days": days, "limit": self.batch})):
+            report.add("webhook_events_deleted", pruned)
+            if pruned < self.batch:
+                break
         for row in db.all(self.conn, "assets_stale", {"days": days, "limit": self.batch}):
             with self.conn.transaction():
                 gone = db.one(self.conn, "assets_delete", {"sha256": row["sha256"]})

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pipeline.core.errors import ConfigError
 from pipeline.core import prices
+from pipeline.core.webhooks import networks as webhook_networks
 from providers import openai_models as catalogue
 from providers.registry import ProviderConfig
 from providers.urls import UnsafeBaseURL, check_scheme
@@ -110,6 +111,20 @@ class StorageSettings:
 
 
 @dataclass(frozen=True)
+class WebhookSettings:
+    """Webhooks (WEBHOOK_*, PUBLIC_URL; docs/webhooks.md): the pool that sends them, how long an attempt may take,
+    how long a message is tried, which private networks may receive, and the address in the payloads' URLs."""
+
+    workers: int = 2                        # the Procfile's worker-webhook pool
+    timeout_seconds: float = 10.0           # one attempt, connection to last byte read
+    retry_seconds: float = 3 * 86_400.0     # a message not delivered after this long is dead
+    backoff_base_seconds: float = 5.0
+    backoff_cap_seconds: float = 21_600.0
+    allow_networks: tuple[str, ...] = ()    # non-public networks that may receive (a test, an internal deployment)
+    public_url: str = ""                    # where consumers reach the API; empty: http://127.0.0.1:PORT
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str | None = field(default=None, repr=False)
     database_session_url: str | None = field(default=None, repr=False)   # None: database_url
@@ -172,6 +187,7 @@ class Settings:
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
     storage: StorageSettings = StorageSettings()
+    webhooks: WebhookSettings = WebhookSettings()
 
 
 def session_options(cfg: "Settings") -> str:
@@ -419,6 +435,29 @@ def _prefix(raw: str) -> str:
     return raw
 
 
+def _networks(raw: str) -> tuple[str, ...]:
+    try:
+        return webhook_networks(raw)
+    except ValueError as exc:
+        raise ConfigError(f"WEBHOOK_ALLOW_NETWORKS={raw!r}: {exc}; expected networks such as "
+                          "127.0.0.0/8,10.0.0.0/8, comma-separated") from None
+
+
+def _webhooks(env: Mapping[str, str], port: int) -> WebhookSettings:
+    spec = {
+        "workers": ("WEBHOOK_WORKERS", _int("WEBHOOK_WORKERS", 1, 1000)),
+        "timeout_seconds": ("WEBHOOK_TIMEOUT_SECONDS", _float("WEBHOOK_TIMEOUT_SECONDS", 0.1, 120)),
+        "retry_seconds": ("WEBHOOK_RETRY_SECONDS", _float("WEBHOOK_RETRY_SECONDS", 1, 30 * 86_400)),
+        "backoff_base_seconds": ("WEBHOOK_BACKOFF_BASE_SECONDS", _float("WEBHOOK_BACKOFF_BASE_SECONDS", 0, 86_400)),
+        "backoff_cap_seconds": ("WEBHOOK_BACKOFF_CAP_SECONDS", _float("WEBHOOK_BACKOFF_CAP_SECONDS", 0, 7 * 86_400)),
+        "allow_networks": ("WEBHOOK_ALLOW_NETWORKS", _networks),
+        "public_url": ("PUBLIC_URL", _url("PUBLIC_URL", ("http", "https"))),
+    }
+    values = _read(env, spec)
+    values.setdefault("public_url", f"http://127.0.0.1:{port}")
+    return WebhookSettings(**values)
+
+
 def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> Settings:
     """Build the settings from `env` (default: the process environment); `today` (default: the UTC date) decides
     which models the catalogue calls shut down."""
@@ -489,6 +528,7 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
     if "attempt_ceiling_seconds" not in values:   # long enough for the slowest call the providers allow
         values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
     values["storage"] = _storage(env)
+    values["webhooks"] = _webhooks(env, values.get("port", base.port))
     values.setdefault("allow_self_approval", values.get("demo_mode", False))   # the seed demo approves its own save
     settings = Settings(**values)
     if settings.image_bulk_backend == "batch" and settings.image.backend != "openai":

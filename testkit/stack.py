@@ -128,7 +128,8 @@ class DevStack:
         return f"http://127.0.0.1:{self.port}"
 
     def worker_count(self) -> int:
-        return sum(lanes.workers(self.cfg, kind) + lanes.interactive_workers(self.cfg, kind) for kind in KINDS)
+        return (sum(lanes.workers(self.cfg, kind) + lanes.interactive_workers(self.cfg, kind) for kind in KINDS)
+                + self.cfg.webhooks.workers)
 
     def wait_ready(self, timeout: float = 90) -> None:
         """Until the web app answers and every worker of the pools has registered with RQ."""

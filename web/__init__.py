@@ -2,7 +2,8 @@
 
 One module per area holds that area's JSON API (the `api` blueprint, under /api) and its pages (the `ui`
 blueprint) side by side: contents, review, tasks, attention, spend; auth signs people in and out, i18n
-switches their language and time zone. media, health, metrics and openapi answer programs and monitors.
+switches their language and time zone, webhooks lets admins register the endpoints other systems are told through.
+media, health, metrics and openapi answer programs and monitors.
 What the pages of several areas share is in web.pages, what their new work shares in web.work.
 `create_app` registers every blueprint itself.
 
@@ -53,7 +54,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     app.json = JSONProvider(app)
     app.config["SETTINGS"] = cfg
     from web import attention, auth, contents, db, errors, health, i18n, inputs, media, metrics, openapi, pages
-    from web import present, requestid, review, security, sessions, spend, tasks
+    from web import present, requestid, review, security, sessions, spend, tasks, webhooks
     requestid.init_app(app, cfg.trusted_proxies)   # first, so even a refused request has its id
     security.init_app(app, cfg.trusted_proxies)
     sessions.init_app(app)
@@ -72,6 +73,7 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
         api.register_blueprint(area.api)
         ui.register_blueprint(area.ui)
     ui.register_blueprint(auth.ui)
+    ui.register_blueprint(webhooks.ui)
     ui.register_blueprint(i18n.ui)
     for blueprint in (api, media.bp, metrics.bp, openapi.bp, ui):
         app.register_blueprint(blueprint)

@@ -16,7 +16,7 @@ COMMANDS = sorted(p.name for p in (ROOT / "bin").iterdir()
 
 def test_every_command_is_listed():
     assert COMMANDS == ["batches", "bulk", "dev", "dispatch", "drill", "import", "keys", "migrate", "reconcile", "rq",
-                        "rq-dashboard", "soak", "test", "workers"]
+                        "rq-dashboard", "soak", "test", "webhooks", "workers"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -68,7 +68,7 @@ def test_the_readme_stack_keeps_the_providers_busy_and_editors_first(database_ur
         # the workers: RQ's own worker pools, as many workers per kind as the provider may serve at once, one of
         # them listening to the interactive queue only
         assert pools(stack) == {"image image-bulk": LIMIT - 1, "image": 1, "tts tts-bulk": LIMIT - 1, "tts": 1,
-                                "bundle bundle-bulk": 1, "bundle": 1}
+                                "bundle bundle-bulk": 1, "bundle": 1, "webhook": 2}
         stack.wait_done(stack.save(lesson(2, "warm-up"))[1]["content_id"])
 
         # a 12-block lesson alone

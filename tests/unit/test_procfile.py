@@ -28,7 +28,7 @@ def argv_of(command: str, env: dict[str, str]) -> list[str]:
 def test_the_procfile_lists_the_web_app_one_worker_pool_per_kind_and_the_dispatcher():
     assert [name for name, _ in devstack.read_procfile()] == [
         "web", "worker-image", "worker-image-interactive", "worker-tts", "worker-tts-interactive", "worker-bundle",
-        "worker-bundle-interactive", "dispatcher", "batcher"]
+        "worker-bundle-interactive", "worker-webhook", "dispatcher", "batcher"]
 
 
 @pytest.mark.parametrize("name", sorted({**KINDS, **INTERACTIVE}))
@@ -42,6 +42,16 @@ def test_workers_are_rq_worker_pools_of_our_simple_workers_listening_interactive
         assert argv[argv.index("-n") + 2:] == lanes.worker_queues(KINDS[name])
     else:               # the interactive queue alone
         assert argv[argv.index("-n") + 2:] == [lanes.queue_name(INTERACTIVE[name])]
+
+
+def test_the_webhook_pool_runs_our_webhook_workers_on_their_own_queue_sized_by_the_settings():
+    command = dict(devstack.read_procfile())["worker-webhook"]
+    for env, size in (({}, 2), ({"WEBHOOK_WORKERS": "5"}, 5)):
+        argv = argv_of(command, {**env, "REDIS_URL": "redis://x"})
+        assert argv[:2] == ["rq", "worker-pool"] and argv[argv.index("-c") + 1] == "bin.rqconfig"
+        assert argv[argv.index("-w") + 1] == "bin.worker.WebhookWorker"
+        assert int(argv[argv.index("-n") + 1]) == size == settings.load(env).webhooks.workers
+        assert argv[argv.index("-n") + 2:] == ["webhook"]
 
 
 def test_no_procfile_line_carries_a_secret_on_its_command_line():
