@@ -14,7 +14,7 @@ from pipeline.core.errors import Ambiguous
 pytestmark = pytest.mark.slow
 # the state chip at the top of the page, and the error under it
 STATUS = "return [...document.querySelector('.chip-inline').classList].find((c) => c.startsWith('s-')).slice(2)"
-ERROR = "document.querySelector('main p.err')"
+ERROR = "document.querySelector('main p.err, main .unknown-help details.raw')"
 
 
 def test_after_a_consented_retry_the_task_page_turns_succeeded_without_a_reload(chromium, server, api, work, tokens):
