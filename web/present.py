@@ -60,7 +60,7 @@ def error_in_words(message: str | None, code: str | None = None) -> Markup | str
     """A task's last error for the editor: what its decision's code means, the error itself folded away."""
     if not message:
         return ""
-    words = ERROR_WORDS.get(code or "") or reason_words(message) or gettext("The last attempt ended with an error")
+    words = ERROR_WORDS.get(code or "") or gettext("The last attempt ended with an error")
     return folded(words, message)
 
 
