@@ -160,7 +160,7 @@ ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible 
                           "cancel_version": _l("cancel the version, or raise the budget")}
 SCENARIO_WORDS = {
     "media_timeout": _l("an image call fails before it reaches the provider"),
-    "provider_unknown": _l("the provider does the work but the answer is lost"),
+    "provider_unknown": _l("the provider does the work, the answer is lost and cannot be looked up: you decide"),
     "worker_crash": _l("the worker dies in the middle of a call"),
     "permanent_error": _l("the provider refuses the request for good"),
     "rate_limited": _l("the provider is busy (rate limited)"),
