@@ -27,7 +27,7 @@ ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retr
            "refused": ("edit_block", "retry"),   # rewrite the prompt; a retry sends the same prompt again
            "model_gone": ("set_live_model", "retry"),   # an operator sets a live *_MODEL and restarts, then a retry
            "budget": ("cancel_version",), "stuck": ("cancel_version",),
-           "revoked": ()}   # cancelled with its revoked key: save it again under a live key if it is still wanted
+           "revoked": ("save_again",)}   # cancelled with its revoked key: saved again under a live key, if wanted
 MAX_BULK = 200
 
 

@@ -137,6 +137,8 @@ def attention_bulk():
     except REFUSALS as exc:
         flash(refusal(gettext("Nothing changed"), exc), "error")
         return back
-    flash(gettext("%(done)s tasks changed; %(refused)s left as they were (an unknown outcome is retried only on "
-                  "its own page, with your consent).", done=len(bulk.done), refused=len(bulk.refused)), "ok")
+    flash(ngettext("%(done)s task changed; %(refused)s left as they were (an unknown outcome is retried only on "
+                   "its own page, with your consent).", "%(done)s tasks changed; %(refused)s left as they were (an "
+                   "unknown outcome is retried only on its own page, with your consent).", len(bulk.done),
+                   done=len(bulk.done), refused=len(bulk.refused)), "ok")
     return back

@@ -14,7 +14,7 @@ from flask_babel import format_datetime, format_decimal, format_time, format_tim
 from flask_babel import lazy_gettext as _l
 from markupsafe import Markup
 
-from web.words import (NOTE_ACTIONS, SETTLED_WORDS, action_words, attention_action_words, blocker_words, change_words,
+from web.words import (NOTE_ACTIONS, PROBLEM_WHY_WORDS, SETTLED_WORDS, action_words, attention_action_words, blocker_words, change_words,
                        code_words, dead_letter_words, diagnosis_words, outcome_words, problem_words, reason_words, role_words,
                        scenario_words, state_name)
 
@@ -140,6 +140,7 @@ def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(status_words=status_words, error_in_words=error_in_words, when=when,
                                  reason_in_words=reason_in_words, dead_letter_words=dead_letter_words,
                                  message_html=message_html,
+                                 problem_why_words=lambda p: str(PROBLEM_WHY_WORDS.get(p or "", p or "")),
                                  paused_words=paused_words,
                                  seconds_until=seconds_until, money=money, number=number, seconds=seconds,
                                  milliseconds=milliseconds, code_words=code_words, role_words=role_words,

@@ -136,8 +136,11 @@ def task_live(task_id: int):
 
 
 def _task_redirect(task_id: int):
-    if request.form.get("back") == "task":
+    back = request.form.get("back") or ""
+    if back == "task":
         return redirect(url_for("ui.tasks.task", task_id=task_id), code=303)
+    if back == "/attention" or back.startswith("/attention?"):   # the attention list's own retry button
+        return redirect(back, code=303)
     return back_to_board(*overview.task_place(get_conn(), task_id))
 
 

@@ -157,7 +157,14 @@ ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible 
                           "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
                           "edit_block": _l("edit the block's prompt"),
                           "set_live_model": _l("set a live model (IMAGE_MODEL or TTS_MODEL), then retry"),
-                          "cancel_version": _l("cancel the version, or raise the budget")}
+                          "cancel_version": _l("cancel the version, or raise the budget"),
+                          "save_again": _l("save it again, if it is still wanted")}
+# Why a task needs a person when it recorded no error of its own, by its problem.
+PROBLEM_WHY_WORDS = {"revoked": _l("the key that saved it was revoked, and its unstarted work cancelled"),
+                     "unknown": _l("its outcome is unknown"), "failed": _l("it failed"),
+                     "refused": _l("the provider refused this prompt"),
+                     "model_gone": _l("the provider no longer serves its model"),
+                     "budget": _l("paused: a spend budget is reached"), "stuck": _l("it waits past its deadline")}
 SCENARIO_WORDS = {
     "media_timeout": _l("an image call fails before it reaches the provider"),
     "provider_unknown": _l("the provider does the work, the answer is lost and cannot be looked up: you decide"),

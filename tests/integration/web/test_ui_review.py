@@ -112,7 +112,7 @@ def test_the_attention_page_lists_problems_and_retries_only_failed_tasks_in_bulk
     assert response.status_code == 303
     statuses = {t["id"]: t["status"] for t in api.tasks_of(created).values()}
     assert statuses[unknown["id"]] == "unknown" and statuses[failed["id"]] != "failed"
-    assert "1 tasks changed; 1 left as they were" in page(client, "/attention")
+    assert "1 task changed; 1 left as they were" in page(client, "/attention")
 
 
 def test_the_contents_page_searches_and_pages(app, tokens, api):
