@@ -7,13 +7,20 @@ Exit codes shared by all commands: 0 done, 1 finished with errors (see output),
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 import psycopg
 
+from bin import devenv
 from pipeline import db, migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
 from pipeline.core.states import KINDS
+
+
+def _tool() -> str:
+    return f"bin/{Path(sys.argv[0]).name}"
 
 
 def _settings(*, redis: bool = False):
@@ -26,7 +33,7 @@ def _settings(*, redis: bool = False):
         raise SystemExit(2)
     for name, value in (("DATABASE_URL", cfg.database_url), ("REDIS_URL", cfg.redis_url if redis else "-")):
         if not value:
-            print(f"{name} is not set; bin/dev sets it for the embedded server", file=sys.stderr)
+            print(f"{_tool()}: {devenv.missing(name, os.environ)}", file=sys.stderr)
             raise SystemExit(2)
     return cfg
 

@@ -1,7 +1,8 @@
 """The development stack behind bin/dev: servers, migrations and every process, in the foreground.
 
-Embedded PostgreSQL and Valkey keep their data under .data/ between runs (unless
-DATABASE_URL / REDIS_URL name other servers). Unless SECRET_KEY / LAB_API_KEY are set,
+Embedded PostgreSQL and Valkey keep their data under .data/ (DEV_DATA_DIR) between runs (unless
+DATABASE_URL / REDIS_URL name other servers). While it runs, .data/dev.env holds the stack's addresses for the
+other bin/ commands of the checkout (bin/devenv.py). Unless SECRET_KEY / LAB_API_KEY are set,
 the first start makes them and keeps them in .data/secret-key and .data/lab-api-key
 (mode 0600). The processes are the Procfile's own lines, run by `sh` with the stack's
 environment (its DATABASE_URL, REDIS_URL, PORT, SECRET_KEY, LAB_API_KEY, the virtualenv
@@ -27,12 +28,13 @@ from pathlib import Path
 import psycopg
 import redis
 
+from bin import devenv
 from bin.embedded import Postgres, ServerError, Valkey, require_free_port
 from pipeline import migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / ".data"
+DATA = ROOT / ".data"   # the default of DEV_DATA_DIR (bin/devenv.py)
 PROCFILE = ROOT / "Procfile"
 # What cron runs in production (the Procfile's comment), as a loop in the dev stack.
 DEV_EXTRA = [("reconciler", "bin/reconcile --loop 10")]
@@ -139,17 +141,18 @@ def kept_secret(path: Path, make) -> tuple[str, bool]:
     return value, True
 
 
-def _dev_secrets(env: dict[str, str]) -> None:
-    """SECRET_KEY and LAB_API_KEY for every process: the environment's, or bin/dev's own under .data/."""
+def _dev_secrets(env: dict[str, str], data: Path | None = None) -> None:
+    """SECRET_KEY and LAB_API_KEY for every process: the environment's, or bin/dev's own under `data` (.data/)."""
     from pipeline.keys import new_token
+    data = data or DATA
     if not env.get("SECRET_KEY"):
-        env["SECRET_KEY"], made = kept_secret(DATA / "secret-key", lambda: secrets.token_urlsafe(48))
+        env["SECRET_KEY"], made = kept_secret(data / "secret-key", lambda: secrets.token_urlsafe(48))
         if made:
-            say("dev", f"made a SECRET_KEY for the dev stack, kept in {DATA / 'secret-key'}")
+            say("dev", f"made a SECRET_KEY for the dev stack, kept in {data / 'secret-key'}")
     if not env.get("LAB_API_KEY"):
-        env["LAB_API_KEY"], made = kept_secret(DATA / "lab-api-key", new_token)
+        env["LAB_API_KEY"], made = kept_secret(data / "lab-api-key", new_token)
         if made:
-            say("dev", f"made an admin API key (LAB_API_KEY), kept in {DATA / 'lab-api-key'}; sign in with it, "
+            say("dev", f"made an admin API key (LAB_API_KEY), kept in {data / 'lab-api-key'}; sign in with it, "
                        f"send it as X-API-Key: {env['LAB_API_KEY']}")
 
 
@@ -162,6 +165,29 @@ def _first_admin_key(database_url: str, lab_key: str) -> None:
         say("dev", "LAB_API_KEY is an admin API key (bin/dev's own: `cat .data/lab-api-key`, unless you set it)")
     else:
         say("dev", "LAB_API_KEY was revoked; set another one, or delete .data/lab-api-key to get a new one")
+
+
+def _announce(env: dict[str, str], port: int, env_file: Path) -> None:
+    """Write the stack's addresses to the dev environment file (bin/devenv.py) and print where everything is."""
+    web = f"http://127.0.0.1:{port}/"
+    devenv.write(env_file, {"DATABASE_URL": env["DATABASE_URL"], "REDIS_URL": env["REDIS_URL"],
+                            "MEDIA_DIR": env["MEDIA_DIR"], "DEMO_MODE": env["DEMO_MODE"],
+                            "LAB_API_KEY": env["LAB_API_KEY"], "MEDIAPIPE_URL": web.rstrip("/")})
+    say("dev", f"web:        {web}  (sign in with the key in LAB_API_KEY)")
+    say("dev", f"PostgreSQL: {settings_mod.masked_url(env['DATABASE_URL'])}  (psql \"$DATABASE_URL\")")
+    say("dev", f"Redis:      {settings_mod.masked_url(env['REDIS_URL'])}  (bin/rq info image tts bundle)")
+    say("dev", f"{_shown(env_file)} (0600, until the stack stops) has these with their passwords, and the key: the "
+               "bin/ commands of this checkout read it themselves (bin/keys, bin/bulk, bin/reconcile ...), and "
+               f"`. {_shown(env_file)}` gives another shell DATABASE_URL, REDIS_URL, LAB_API_KEY and MEDIAPIPE_URL")
+    say("dev", "Ctrl-C stops everything")
+
+
+def _shown(path: Path) -> str:
+    """A path as short as it can be shown: relative to the working directory when it is under it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def main(argv: list[str]) -> int:
@@ -178,6 +204,9 @@ def main(argv: list[str]) -> int:
         return 2
     pg = valkey = None
     env = dict(os.environ)
+    data = devenv.data_dir(env)
+    env_file = devenv.path(env)
+    announced = False   # this run wrote env_file (a second bin/dev that fails to start leaves the first's alone)
     children: list[Child] = []
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -185,20 +214,20 @@ def main(argv: list[str]) -> int:
     try:
         require_free_port(cfg.port, "the web app", "PORT")
         if not cfg.database_url:
-            pg = Postgres(DATA / "postgres", cfg.dev_pg_port)
+            pg = Postgres(data / "postgres", cfg.dev_pg_port)
             pg.start()
             env["DATABASE_URL"] = pg.url()
             say("dev", f"PostgreSQL 18 on 127.0.0.1:{cfg.dev_pg_port}, data in {pg.data}")
         if not cfg.redis_url:
             # a fresh password each start (the dev Valkey keeps no data across runs), handed to the children in
             # their environment's REDIS_URL: another local user can neither read it from `ps` nor write to the queues
-            valkey = Valkey(DATA / "redis", cfg.dev_redis_port, password=secrets.token_urlsafe(24))
+            valkey = Valkey(data / "redis", cfg.dev_redis_port, password=secrets.token_urlsafe(24))
             valkey.start()
             env["REDIS_URL"] = valkey.url()
             say("dev", f"Valkey on 127.0.0.1:{cfg.dev_redis_port}, loopback only, with a password")
-        env.setdefault("MEDIA_DIR", str(DATA / "media"))
+        env.setdefault("MEDIA_DIR", str(data / "media"))
         env.setdefault("DEMO_MODE", "true")
-        _dev_secrets(env)
+        _dev_secrets(env, data)
         ours = settings_mod.load(env)
         servers.preflight(ours, say=lambda line: say("dev", line))
         for m in migrations.migrate(env["DATABASE_URL"], bounds=ours):
@@ -208,7 +237,8 @@ def main(argv: list[str]) -> int:
         children = processes()
         for child in children:
             child.start(env)
-        say("dev", f"web on http://127.0.0.1:{cfg.port}/  (Ctrl-C stops everything)")
+        _announce(env, cfg.port, env_file)
+        announced = True
         restarts: list[float] = []
         while not stopping.is_set():
             for child in children:
@@ -238,6 +268,8 @@ def main(argv: list[str]) -> int:
         return 2
     finally:
         say("dev", "stopping")
+        if announced:
+            devenv.remove(env_file)
         deadline = time.monotonic() + 15
         for child in children:
             child.stop()

@@ -13,10 +13,12 @@ Exit codes: the tool's own; 2 bad configuration (REDIS_URL not set or invalid, r
 
 from __future__ import annotations
 
+import os
 import sys
 
 from rq import Worker
 
+from bin import devenv
 from pipeline import servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
 from pipeline.dispatch import JOB_CLASS, SERIALIZER
@@ -33,7 +35,7 @@ def _redis_url(tool: str) -> str | None:
         print(f"{tool}: configuration error: {exc}", file=sys.stderr)
         return None
     if not cfg.redis_url:
-        print(f"{tool}: REDIS_URL is not set: run it with the environment the worker pools have", file=sys.stderr)
+        print(f"{tool}: {devenv.missing('REDIS_URL', os.environ)}", file=sys.stderr)
         return None
     return servers.rq_redis_url(cfg)
 

@@ -30,7 +30,7 @@ ACTIONS = {"unknown": ("retry_with_consent", "resolve_failed"), "failed": ("retr
            "model_gone": ("set_live_model", "retry"),   # an operator sets a live *_MODEL and restarts, then a retry
            "budget": ("cancel_version",), "stuck": ("cancel_version",),
            "storage": (),   # an operator frees space or makes MEDIA_DIR writable; the tasks go on by themselves
-           "revoked": ()}   # cancelled with its revoked key: save it again under a live key if it is still wanted
+           "revoked": ("save_again",)}   # cancelled with its revoked key: saved again under a live key, if wanted
 MAX_BULK = 200
 
 

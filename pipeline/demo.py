@@ -26,7 +26,9 @@ from pipeline.settings import Settings
 # scenario -> the local provider fault that plays it (providers/journal.py FAULTS)
 SCENARIOS = {
     "media_timeout": "fail_before_send",      # first image call fails before reaching the provider; retried
-    "provider_unknown": "accept_then_lose",   # work done, answer lost: unknown until the lookup finds it
+    # work done, answer lost, and the provider's lookup cannot tell: unknown until an editor decides (retry with
+    # consent, or resolve), whatever the reconciler asks; `worker_crash` shows a lookup recovering a lost result
+    "provider_unknown": "accept_then_lose_untraced",
     "worker_crash": "crash_mid_call",         # the worker dies mid-call: lease expiry, then the reconciler
     "permanent_error": "permanent_error",     # refused for good: failed, waiting for an editor
     "rate_limited": "rate_limited",           # busy: rescheduled without spending an attempt

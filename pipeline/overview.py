@@ -15,6 +15,7 @@ from collections import Counter
 import psycopg
 
 from pipeline import db, storage
+from pipeline.core import approvals
 from pipeline.core.board import (FINISHED, REVIEW_DECISIONS, TERMINAL_NAMES, WAITING, like_pattern, progress,
                                  version_status)
 from pipeline.core.compare import Side, compare
@@ -44,17 +45,33 @@ def contents_list(conn: psycopg.Connection, *, team: str | None, limit: int = 50
             "next_before": items[-1]["id"] if len(items) == limit else None}
 
 
+def approval_record(conn: psycopg.Connection, content_id: int) -> approvals.Record:
+    """A content's approval record, from its events (pipeline.core.approvals), in the caller's transaction."""
+    return approvals.record(db.all(conn, "events_approvals_of_content", {"content_id": content_id}))
+
+
+def _approval_fields(record: approvals.Record, number: int) -> dict:
+    step = record.approval_of(number)
+    return {"is_approved": step is not None, "approved_at": step.at if step else None,
+            "approved_by": step.by if step else None}
+
+
 def content(conn: psycopg.Connection, content_id: int) -> dict:
+    """A content with its versions, each saying whether it is the approved one, by whom and when (from the events),
+    and the approval record."""
     with conn.transaction():
         row = db.one(conn, "contents_get", {"content_id": content_id})
         if row is None:
             raise NotFound(f"content {content_id} does not exist")
         versions = db.all(conn, "versions_of_content", {"content_id": content_id})
         current = db.one(conn, "versions_get", {"content_id": content_id, "version": row["current_version"]})
+        record = approval_record(conn, content_id)
     return {"id": row["id"], "title": row["title"], "locale": row["locale"], "theme": row["theme"],
-            "current_version": row["current_version"], "approved_version": row["approved_version"],
+            "current_version": row["current_version"], "approved_version": record.approved_version,
             "created_at": row["created_at"], "updated_at": row["updated_at"],
-            "blocks": current["blocks"] if current else [], "versions": versions}
+            "blocks": current["blocks"] if current else [],
+            "versions": [{**v, **_approval_fields(record, v["version"])} for v in versions],
+            "approvals": [step.as_dict() for step in record.history]}
 
 
 def approved_version(conn: psycopg.Connection, content_id: int) -> int | None:
@@ -96,6 +113,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
         tasks = db.all(conn, "tasks_of_version_view", {"content_id": content_id, "version": number})
         events = db.all(conn, "events_of_version", {"content_id": content_id, "version": number})
         calls = db.all(conn, "provider_calls_of_version", {"content_id": content_id, "version": number})
+        record = approval_record(conn, content_id)
     by_task: dict[int | None, list[dict]] = {}
     for event in events:
         by_task.setdefault(event["task_id"], []).append(_event_doc(event))
@@ -105,14 +123,14 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
               for b in row["blocks"]]
     status = version_status(((t["kind"], t["status"]) for t in docs), row["cancel_requested_at"] is not None)
     blockers = [b.summary() for b in approval_blockers(docs, version=number,
-                                                       approved_version=head["approved_version"])]
+                                                       approved_version=record.approved_version)]
     decisions = [e for e in by_task.get(None, []) if e["action"] in REVIEW_DECISIONS]
     return {"content_id": content_id, "version": number, "title": row["title"], "locale": row["locale"],
             "theme": row["theme"], "saved_by": row["saved_by"], "saved_at": row["saved_at"],
             "deadline_at": row["deadline_at"], "priority": row["lane"], "current_version": head["current_version"],
-            "approved_version": head["approved_version"], "is_current": number == head["current_version"],
-            "is_approved": number == head["approved_version"], "approved_at": row["approved_at"],
-            "approved_by": row["approved_by"], "cancel_requested_at": row["cancel_requested_at"],
+            "approved_version": record.approved_version, "is_current": number == head["current_version"],
+            **_approval_fields(record, number), "approvals": [step.as_dict() for step in record.history],
+            "cancel_requested_at": row["cancel_requested_at"],
             "cancel_requested_by": row["cancel_requested_by"],
             "status": status, "terminal": status in FINISHED,
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,

@@ -78,7 +78,7 @@ def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: s
             raise Conflict(f"version {version} changed while approving; reload and try again", code="stale")
         _event(conn, {"content_id": content_id, "version": version}, "approved", actor=actor, to_status=None,
                from_status=None, reason=f"version {version} approved for delivery")
-    return Approval(content_id, version, row["approved_at"], row["approved_by"])
+    return Approval(content_id, version, row["approved_at"], actor)
 
 
 def _approval_refused(version: int, blocker: ApprovalBlocker) -> Conflict:
@@ -127,7 +127,7 @@ def decide(conn: psycopg.Connection, content_id: int, version: int, decision: st
 def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str, *, actor: str) -> dict:
     """A reviewer withdraws the approval of the approved version: the delivery answers 409 with the note.
 
-    The version's approval stamp is cleared (a later approval stamps it anew); the events keep both.
+    The withdrawal's event is the record (pipeline.core.approvals): the version shows approved no longer.
     """
     with conn.transaction():
         content = _version_locked(conn, content_id, version)

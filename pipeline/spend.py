@@ -105,12 +105,17 @@ def report(conn: psycopg.Connection, cfg: Settings, content_id: int | None = Non
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     budgets = {p.name: p.daily for p in _providers(cfg)}
     booked = {r["provider"]: r for r in db.all(conn, "spend_days_of_today")}
+    today_ledger = db.all(conn, "provider_calls_summary_since", {"since": today, "team": team})
+    # `calls_today` counts the bookings against a budget (a free call books nothing); `paid_calls_today`, the
+    # ledger's paid calls, is the figure the page's call totals add up to
     providers = [{"provider": name, "spent_today": booked.get(name, {}).get("spent", 0.0),
-                  "calls_today": booked.get(name, {}).get("calls", 0), "daily_budget": limit,
+                  "calls_today": booked.get(name, {}).get("calls", 0),
+                  "paid_calls_today": ledger_totals([r for r in today_ledger if r["provider"] == name])["paid_calls"],
+                  "daily_budget": limit,
                   "budget_reached": limit is not None and booked.get(name, {}).get("spent", 0.0) >= limit}
                  for name, limit in budgets.items()]
     if content_id is None:
-        ledger = db.all(conn, "provider_calls_summary_since", {"since": today, "team": team})
+        ledger = today_ledger
     else:
         ledger = db.all(conn, "provider_calls_summary_of_content", {"content_id": content_id})
     since = today if content_id is None else datetime.min.replace(tzinfo=timezone.utc)

@@ -231,7 +231,7 @@ def _move(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: str) ->
         "reason": outcome.reason, "asset_sha256": outcome.asset.sha256 if outcome.asset else None,
         "available_at": outcome.available_at, "refund": int(outcome.refund_attempt), "last_error": error,
         "last_error_code": outcome.code.value if error is not None else None, "waiting_for": outcome.waiting_for,
-        "details": Jsonb(outcome.details) if outcome.details else None})
+        "details": Jsonb({**(outcome.details or {}), "code": outcome.code.value})})   # the UI says the code in words
 
 
 def _not_moved(conn: psycopg.Connection, seen: Seen, outcome: Outcome, actor: str) -> Applied:

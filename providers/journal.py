@@ -5,7 +5,8 @@ like a real paid provider:
 
 * `Journal`: one file per idempotency key holding the result of the first
   execution, so `lookup(key)` can answer Found/NoRecord and a repeated
-  `generate` with a known key replays the result instead of working again.
+  `generate` with a known key replays the result instead of working again;
+  a key marked untraced answers Unsupported, as a provider without a lookup.
 * `FaultPlan`: faults armed by one process (the web app in demo mode) and
   consumed, each exactly once, by the next `generate` in any process (an rq
   worker) whose request it is meant for: a fault armed with a `scope` strikes
@@ -17,6 +18,7 @@ like a real paid provider:
 Layout under the directory given to the constructor::
 
     entries/<key>.result      header JSON line, then the media bytes
+    entries/<key>.untraced    the lookup of this key cannot tell (empty)
     faults/<ns>-<fault>       one armed fault, oldest first
     faults/claimed/           faults being consumed (renamed here to claim)
 
@@ -38,17 +40,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import Found, GenerateRequest, LookupAnswer, NoRecord, Result
+from .base import Found, GenerateRequest, LookupAnswer, NoRecord, Result, Unsupported
 from .errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 
 FAIL_BEFORE_SEND = "fail_before_send"
 ACCEPT_THEN_LOSE = "accept_then_lose"
+ACCEPT_THEN_LOSE_UNTRACED = "accept_then_lose_untraced"   # and the lookup cannot tell: only a person decides
 CRASH_MID_CALL = "crash_mid_call"
 PERMANENT_ERROR = "permanent_error"
 RATE_LIMITED = "rate_limited"
-FAULTS = (FAIL_BEFORE_SEND, ACCEPT_THEN_LOSE, CRASH_MID_CALL, PERMANENT_ERROR, RATE_LIMITED)
+FAULTS = (FAIL_BEFORE_SEND, ACCEPT_THEN_LOSE, ACCEPT_THEN_LOSE_UNTRACED, CRASH_MID_CALL, PERMANENT_ERROR,
+          RATE_LIMITED)
 # Faults that strike before any work is done; the others strike after the
 # result has been journaled, so a later lookup finds it.
 FAULTS_BEFORE_WORK = (FAIL_BEFORE_SEND, PERMANENT_ERROR, RATE_LIMITED)
@@ -153,6 +157,13 @@ class Journal:
     def put(self, key: str, result: Result, fingerprint: str) -> None:
         write_atomically(self.path_for(key), encode_entry(result, fingerprint))
 
+    def untrace(self, key: str) -> None:
+        """From now on a lookup of `key` answers that it cannot tell (a provider without a lookup for it)."""
+        write_atomically(self._dir / f"{validate_key(key)}.untraced", b"")
+
+    def traced(self, key: str) -> bool:
+        return not (self._dir / f"{validate_key(key)}.untraced").exists()
+
 
 def replay_or_none(journal: Journal, key: str, fingerprint: str) -> Result | None:
     """The journaled result for a repeated key, or None; Permanent if the input differs."""
@@ -242,7 +253,7 @@ def fault_error(fault: str, provider: str) -> Exception | None:
         return Permanent(f"{what}: the provider refused the request", http_status=400)
     if fault == RATE_LIMITED:
         return Busy(f"{what}: rate limited", retry_after=2, http_status=429)
-    if fault == ACCEPT_THEN_LOSE:
+    if fault in (ACCEPT_THEN_LOSE, ACCEPT_THEN_LOSE_UNTRACED):
         return Ambiguous(f"{what}: the provider did the work but the answer was lost")
     return None
 
@@ -276,11 +287,15 @@ class LocalState:
             self.journal.put(key, result, fingerprint)
         if fault == CRASH_MID_CALL:
             crash_now()
-        if fault == ACCEPT_THEN_LOSE:
+        if fault == ACCEPT_THEN_LOSE_UNTRACED:
+            self.journal.untrace(key)
+        if fault in (ACCEPT_THEN_LOSE, ACCEPT_THEN_LOSE_UNTRACED):
             raise fault_error(fault, self.provider)
         return result
 
     def lookup(self, idempotency_key: str) -> LookupAnswer:
+        if not self.journal.traced(idempotency_key):
+            return Unsupported()
         entry = self.journal.get(idempotency_key)
         return NoRecord() if entry is None else Found(entry[0])
 

@@ -109,7 +109,8 @@ class DevStack:
         full = {**{k: v for k, v in os.environ.items() if not k.startswith(("IMAGE_", "TTS_"))},
                 "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
                 "PORT": str(port), "SECRET_KEY": "stack-test-secret-0123456789abcdefghij", "PYTHONPATH": str(ROOT),
-                **env}
+                # its admin key and dev.env beside its log, never in the checkout's .data of a developer's own bin/dev
+                "DEV_DATA_DIR": str(log.with_name(f"{log.stem}-dev-data")), **env}
         stack = cls(full, port, log)
         with connect(database_url, autocommit=True) as conn:
             stack.api_key = keys.create(conn, "editor@stack", "editor")[1]

@@ -5,7 +5,7 @@ lane's pause (admins); the JSON API and the editors' page.
 from __future__ import annotations
 
 from flask import Blueprint, flash, g, jsonify, redirect, render_template, request, url_for
-from flask_babel import gettext
+from flask_babel import gettext, ngettext
 
 from pipeline import attention, pauses
 from pipeline.core.errors import Conflict, InvalidInput
@@ -102,8 +102,9 @@ def bulk_lane_post():
                           "running finish, and imports are still accepted."), "ok")
         elif action == "resume":
             moved = pauses.resume(get_conn(), by=g.user.owner)["tasks_moved"]
-            flash(gettext("The bulk lane runs again; %(n)s waiting tasks had their deadlines moved on by the "
-                          "pause.", n=moved), "ok")
+            flash(ngettext("The bulk lane runs again; %(n)s waiting task had its deadline moved on by the pause.",
+                           "The bulk lane runs again; %(n)s waiting tasks had their deadlines moved on by the pause.",
+                           moved, n=moved), "ok")
         else:
             flash(gettext("Nothing changed: choose pause or resume."), "error")
     except Conflict as exc:
@@ -135,6 +136,8 @@ def attention_bulk():
     except REFUSALS as exc:
         flash(refusal(gettext("Nothing changed"), exc), "error")
         return back
-    flash(gettext("%(done)s tasks changed; %(refused)s left as they were (an unknown outcome is retried only on "
-                  "its own page, with your consent).", done=len(bulk.done), refused=len(bulk.refused)), "ok")
+    flash(ngettext("%(done)s task changed; %(refused)s left as they were (an unknown outcome is retried only on "
+                   "its own page, with your consent).", "%(done)s tasks changed; %(refused)s left as they were (an "
+                   "unknown outcome is retried only on its own page, with your consent).", len(bulk.done),
+                   done=len(bulk.done), refused=len(bulk.refused)), "ok")
     return back

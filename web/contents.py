@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from flask import Blueprint, Response, flash, g, jsonify, redirect, render_template, request, url_for
-from flask_babel import gettext
+from flask_babel import gettext, ngettext
 from werkzeug.datastructures import MultiDict
 
 from pipeline import demo, overview, review, versions
@@ -285,8 +285,9 @@ def cancel(content_id: int, version: int):
     except Conflict as exc:
         flash(refusal(gettext("Not cancelled"), exc), "error")
         return back_to_board(content_id, version)
-    flash(gettext("Version %(version)s cancelled: %(count)s waiting tasks stopped now; a running one stops at its "
-                  "next check.", version=version, count=count), "ok")
+    flash(ngettext("Version %(version)s cancelled: %(count)s waiting task stopped now; a running one stops at its "
+                   "next check.", "Version %(version)s cancelled: %(count)s waiting tasks stopped now; a running one "
+                   "stops at its next check.", count, version=version, count=count), "ok")
     return back_to_board(content_id, version)
 
 

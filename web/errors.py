@@ -12,8 +12,8 @@ from __future__ import annotations
 import traceback
 
 import psycopg
-from flask import Flask, Response, jsonify, render_template, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask, Response, current_app, g, jsonify, render_template, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound, StaleTransition
 from pipeline.log import log
@@ -34,22 +34,43 @@ def is_api() -> bool:
     return request.path.startswith(("/api/", "/media/")) or request.path == "/metrics"
 
 
-def answer(status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+def answer(status: int, code: str, message: str, *, headers: dict[str, str] | None = None, detail: bool = True,
            **extra: object) -> Response:
+    """The error as JSON for programs, or as our page (in the layout, with the header) for people: the code in the
+    reader's words, the English message folded under it (left out with `detail` False: Werkzeug's own wording)."""
     if is_api():
         body = {"code": code, "message": message, **{k: v for k, v in extra.items() if v is not None}}
         response = jsonify(error=body)
     else:
-        response = Response(render_template("error.html", status=status, code=code, message=message), mimetype="text/html")
+        _signed_in_user()
+        response = Response(render_template("error.html", status=status, code=code,
+                                            message=message if detail else None), mimetype="text/html")
     response.status_code = status
     response.headers.update(headers or {})
     return response
 
 
+def _signed_in_user() -> None:
+    """Who is signed in, for the header of an error page that no page's guard ran for (an address no route
+    matches, a body too large to read): the layout then shows the user and sign-out as on every page."""
+    if "user" in g:
+        return
+    try:
+        from web.auth import session_principal
+        g.user = session_principal()
+    except (psycopg.Error, HTTPException):   # the database is away, or the request cannot be read: no one
+        g.user = None
+
+
 def _http(exc: HTTPException) -> Response:
     code = (exc.name or "error").lower().replace(" ", "_")
     headers = {"Allow": ", ".join(exc.valid_methods)} if getattr(exc, "valid_methods", None) else None
-    return answer(exc.code or 500, code, exc.description or exc.name, headers=headers)
+    if isinstance(exc, RequestEntityTooLarge):
+        limit = current_app.config["MAX_CONTENT_LENGTH"]
+        return answer(413, code, f"the request body is larger than the limit of {limit // 1024 // 1024} MiB",
+                      headers=headers)
+    own_words = exc.description != type(exc).description   # ours (abort with a description), not Werkzeug's
+    return answer(exc.code or 500, code, exc.description or exc.name, headers=headers, detail=own_words)
 
 
 def _conflict(exc: Conflict) -> Response:

@@ -29,6 +29,7 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from flask import Blueprint, Flask, redirect, request
 from flask_babel import Babel, get_locale
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from pipeline.core.errors import ConfigError, InvalidInput
 from web import sessions
@@ -76,10 +77,19 @@ def _chosen(key: str) -> str | None:
     return sess.get(key) if sess.principal is not None else None
 
 
+def _asked() -> str | None:
+    """The language a link (?lang=) or the sign-in form asks for; a body too large to read asks nothing, so its 413
+    page still renders."""
+    try:
+        return request.values.get("lang")
+    except RequestEntityTooLarge:
+        return request.args.get("lang")
+
+
 def select_locale() -> str:
     if is_api():
         return DEFAULT_LANGUAGE
-    chosen = language_of(_chosen("lang")) or language_of(request.values.get("lang"))
+    chosen = language_of(_chosen("lang")) or language_of(_asked())
     if chosen:
         return chosen
     for tag, _quality in request.accept_languages:

@@ -14,8 +14,9 @@ from flask_babel import format_datetime, format_decimal, format_time, format_tim
 from flask_babel import lazy_gettext as _l
 from markupsafe import Markup
 
-from web.words import (action_words, attention_action_words, blocker_words, change_words, code_words, diagnosis_words,
-                       outcome_words, problem_words, role_words, scenario_words, state_name)
+from web.words import (NOTE_ACTIONS, PROBLEM_WHY_WORDS, SETTLED_WORDS, action_words, attention_action_words, blocker_words, change_words,
+                       code_words, dead_letter_words, diagnosis_words, outcome_words, problem_words, reason_words, role_words,
+                       scenario_words, state_name)
 
 STATUS_WORDS = {
     "ready": _l("waiting"), "running": _l("working"), "retry": _l("will retry"), "unknown": _l("outcome unknown"),
@@ -50,12 +51,40 @@ def status_words(status: str | None) -> str:
     return STATUS_WORDS.get(status or "", status or "")
 
 
-def error_in_words(message: str | None, code: str | None = None) -> str:
-    """A task's last error for the editor: what its decision's code means, then the details."""
+def folded(words: str, raw: str) -> Markup:
+    """Our words, with the raw text they stand for (a provider's error, the system's own detail) folded under
+    "Details": the editor reads their language, and the details are one click away, as they were written."""
+    return Markup('{} <details class="raw"><summary>{}</summary><code>{}</code></details>').format(
+        words, gettext("Details"), raw)
+
+
+def error_in_words(message: str | None, code: str | None = None) -> Markup | str:
+    """A task's last error for the editor: what its decision's code means, the error itself folded away."""
     if not message:
         return ""
-    words = ERROR_WORDS.get(code or "")
-    return gettext("%(words)s. Details: %(message)s", words=words, message=message) if words else message
+    words = ERROR_WORDS.get(code or "") or gettext("The last attempt ended with an error")
+    return folded(words, message)
+
+
+def message_html(message: dict | str) -> Markup | str:
+    """A flash or a form's message: a refusal (web.words.refusal) as our words with its detail folded away."""
+    if isinstance(message, dict):
+        return folded(message.get("text", ""), message.get("detail", ""))
+    return message
+
+
+def reason_in_words(event: dict) -> Markup | str:
+    """An event's reason for the editor: a person's note as written; the system's reasons in the editor's words (by
+    the decision's code where the event keeps it), with the raw text folded away when there is more to it."""
+    reason = event.get("reason") or ""
+    if not reason or event.get("action") in NOTE_ACTIONS:
+        return reason
+    fixed = reason_words(reason)
+    if fixed is not None:
+        return fixed
+    code = (event.get("details") or {}).get("code") or ""
+    words = SETTLED_WORDS.get(code) or ERROR_WORDS.get(code) or gettext("as the system recorded it")
+    return folded(str(words), reason)
 
 
 def paused_words(message: str | None) -> str:
@@ -111,6 +140,9 @@ def milliseconds(value: float | int | None) -> str:
 
 def init_app(app: Flask) -> None:
     app.jinja_env.filters.update(status_words=status_words, error_in_words=error_in_words, when=when,
+                                 reason_in_words=reason_in_words, dead_letter_words=dead_letter_words,
+                                 message_html=message_html,
+                                 problem_why_words=lambda p: str(PROBLEM_WHY_WORDS.get(p or "", p or "")),
                                  paused_words=paused_words,
                                  seconds_until=seconds_until, money=money, number=number, seconds=seconds,
                                  milliseconds=milliseconds, code_words=code_words, role_words=role_words,

@@ -129,9 +129,18 @@ def task(task_id: int):
     return render_template("task.html", t=doc)
 
 
+@ui.get("/tasks/<id:task_id>/live")
+def task_live(task_id: int):
+    """The task page's changing part, for the page's 2-second polling until the task is settled."""
+    return render_template("_task_live.html", t=overview.task(get_conn(), task_id, settings()))
+
+
 def _task_redirect(task_id: int):
-    if request.form.get("back") == "task":
+    back = request.form.get("back") or ""
+    if back == "task":
         return redirect(url_for("ui.tasks.task", task_id=task_id), code=303)
+    if back == "/attention" or back.startswith("/attention?"):   # the attention list's own retry button
+        return redirect(back, code=303)
     return back_to_board(*overview.task_place(get_conn(), task_id))
 
 

@@ -87,6 +87,63 @@ ACTION_WORDS = {   # the English words are the action's own name (but the rerun'
     "approval_withdrawn": _l("approval withdrawn"), "regenerated": _l("regenerated"),
     "batched": _l("sent in a batch"), "storage_wait": _l("waiting for storage"),
 }
+# Actions whose event reason is a person's own note, shown as it was written.
+NOTE_ACTIONS = frozenset({"rejected", "changes_requested", "approval_withdrawn", "regenerated", "resolved_failed",
+                          "dead_letter_replayed", "cancel"})
+# The system's fixed reasons (events.reason as the engine, the reconciler and review.py write them), in words.
+REASON_TEXT_WORDS = {
+    "claimed": _l("a worker took it"),
+    "succeeded": _l("the result is stored"),
+    "reused": _l("an identical input already produced this asset"),
+    "an identical input already produced this asset": _l("an identical input already produced this asset"),
+    "result found after the lease expired": _l("its result was found after its worker stopped answering"),
+    "the provider's lookup returned the result": _l("the provider's lookup returned the result"),
+    "deadline passed": _l("its deadline passed"),
+    "deadline passed before the task could run": _l("its deadline passed before it could run"),
+    "version cancelled": _l("its version was cancelled"),
+    "version cancelled; lease expired": _l("its version was cancelled"),
+    "a newer version exists": _l("a newer version exists"),
+    "retried by an editor": _l("retried by an editor"),
+    "retry accepted with the risk of a duplicate charge": _l("retried, accepting the risk of a second charge"),
+    "its call waits for a Batch API job": _l("its call waits for a batch job"),
+}
+REASON_PATTERNS = ((re.compile(r"^version (\d+) approved for delivery$"), _l("version %(n)s approved for delivery")),
+                   (re.compile(r"^superseded by version (\d+)$"), _l("superseded by version %(n)s")))
+# A decision's code (pipeline/core/outcome.py `Reason`, kept in a transition event's details), in a timeline's short
+# words where they differ from what the task's error says (web.present ERROR_WORDS, used for the others).
+SETTLED_WORDS = {"unknown_outcome": _l("no answer we can trust: its outcome is unknown"),   # its page explains
+                 "unclassified_error": _l("an unexpected error: its outcome is unknown"),
+                 "succeeded": _l("the result is stored"),
+                 "reused": _l("an identical input already produced this asset"),
+                 "recovered": _l("its result was found after its worker stopped answering")}
+
+
+# Why a task went to the dead letters (dead_letters.reason, as pipeline/core/policy.py and recovery.py write it).
+DEAD_LETTER_WORDS = {"deadline passed": _l("its deadline passed"),
+                     "deadline passed while busy": _l("its deadline passed while the provider was busy"),
+                     "attempts exhausted": _l("every attempt failed"),
+                     "permanent error": _l("the provider refused the request"),
+                     "refused by the provider": _l("the provider refused this prompt"),
+                     "model no longer served": _l("the provider no longer serves its model")}
+
+
+def dead_letter_words(reason: str | None) -> str:
+    return str(DEAD_LETTER_WORDS.get(reason or "", reason or ""))
+
+
+def reason_words(reason: str) -> str | None:
+    """One of the system's fixed reasons in the editor's language, or None for a text we do not know (an error's
+    details, a reason written before this list)."""
+    words = REASON_TEXT_WORDS.get(reason)
+    if words is not None:
+        return str(words)
+    for pattern, template in REASON_PATTERNS:
+        found = pattern.match(reason)
+        if found:
+            return str(template) % {"n": found.group(1)}
+    return None
+
+
 # How a block or a media changed between two versions (pipeline.core.compare).
 CHANGE_WORDS = {"added": _l("added"), "removed": _l("removed"), "changed": _l("changed"),
                 "unchanged": _l("unchanged"), "reused": _l("reused"), "new": _l("new"),
@@ -101,10 +158,18 @@ ATTENTION_ACTION_WORDS = {"retry_with_consent": _l("retry, accepting a possible 
                           "resolve_failed": _l("mark as failed"), "retry": _l("retry"),
                           "edit_block": _l("edit the block's prompt"),
                           "set_live_model": _l("set a live model (IMAGE_MODEL or TTS_MODEL), then retry"),
-                          "cancel_version": _l("cancel the version, or raise the budget")}
+                          "cancel_version": _l("cancel the version, or raise the budget"),
+                          "save_again": _l("save it again, if it is still wanted")}
+# Why a task needs a person when it recorded no error of its own, by its problem.
+PROBLEM_WHY_WORDS = {"revoked": _l("the key that saved it was revoked, and its unstarted work cancelled"),
+                     "unknown": _l("its outcome is unknown"), "failed": _l("it failed"),
+                     "refused": _l("the provider refused this prompt"),
+                     "model_gone": _l("the provider no longer serves its model"),
+                     "budget": _l("paused: a spend budget is reached"), "stuck": _l("it waits past its deadline"),
+                     "storage": _l("local storage failing: media and receipts cannot be written")}
 SCENARIO_WORDS = {
     "media_timeout": _l("an image call fails before it reaches the provider"),
-    "provider_unknown": _l("the provider does the work but the answer is lost"),
+    "provider_unknown": _l("the provider does the work, the answer is lost and cannot be looked up: you decide"),
     "worker_crash": _l("the worker dies in the middle of a call"),
     "permanent_error": _l("the provider refuses the request for good"),
     "rate_limited": _l("the provider is busy (rate limited)"),
@@ -173,11 +238,12 @@ def code_of(exc: Exception) -> str:
             CapacityExceeded: "over_capacity", KeyLimitReached: "key_limit_reached"}.get(type(exc), "internal_error")
 
 
-def refusal(prefix: str, exc: Exception) -> str:
-    """A flash message for a refused action: our words for its code, the English detail after them."""
-    code = code_of(exc)
-    return gettext("%(prefix)s: %(words)s. Details: %(detail)s", prefix=prefix, words=code_words(code),
-                   detail=str(exc))
+def refusal(prefix: str, exc: Exception) -> dict:
+    """A message for a refused action (a flash, or a form's error): our words for its code, and the English detail
+    that pages fold away under them (web.present `message_html`). A mapping, so a flash keeps both parts in the
+    session."""
+    return {"text": gettext("%(prefix)s: %(words)s.", prefix=prefix, words=code_words(code_of(exc))),
+            "detail": str(exc)}
 
 
 def change_words(change: str | None) -> str:

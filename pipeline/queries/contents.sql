@@ -6,19 +6,14 @@ SELECT * FROM contents WHERE id = %(content_id)s;
 -- contents_lock: one content item, locked so approvals of it happen one at a time
 SELECT * FROM contents WHERE id = %(content_id)s FOR UPDATE;
 
--- contents_approve: approve a version whose media all succeeded and that is not older than the approved one;
--- the first approval of a version keeps its stamp (approving it again changes nothing but the audit trail)
-WITH approved AS (
-    UPDATE contents c SET approved_version = %(version)s, updated_at = now()
-    WHERE c.id = %(content_id)s AND %(version)s <= c.current_version
-      AND (c.approved_version IS NULL OR c.approved_version <= %(version)s)
-      AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.content_id = c.id AND t.version = %(version)s
-                      AND t.kind <> 'bundle' AND t.status <> 'succeeded')
-    RETURNING c.id
-)
-UPDATE versions v SET approved_at = coalesce(v.approved_at, now()), approved_by = coalesce(v.approved_by, %(actor)s)
-FROM approved WHERE v.content_id = approved.id AND v.version = %(version)s
-RETURNING v.content_id, v.version, v.approved_at, v.approved_by;
+-- contents_approve: approve a version whose media all succeeded and that is not older than the approved one; who
+-- and when are the approval event's (written in the same transaction, so its `at` is this `now()`), never a stamp
+UPDATE contents c SET approved_version = %(version)s, updated_at = now()
+WHERE c.id = %(content_id)s AND %(version)s <= c.current_version
+  AND (c.approved_version IS NULL OR c.approved_version <= %(version)s)
+  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.content_id = c.id AND t.version = %(version)s
+                  AND t.kind <> 'bundle' AND t.status <> 'succeeded')
+RETURNING c.id AS content_id, %(version)s::integer AS version, now() AS approved_at;
 
 -- versions_by_save_key: the version an earlier save of this API key with this Idempotency-Key created
 SELECT content_id, version, save_digest, lane FROM versions
@@ -88,15 +83,10 @@ RETURNING key_id;
 SELECT count(*) AS done FROM events
 WHERE at > now() - interval '1 minute' AND to_status IN ('succeeded', 'failed', 'unknown');
 
--- contents_withdraw_approval: the approved version is approved no longer; its stamp is cleared (the events keep it)
-WITH withdrawn AS (
-    UPDATE contents SET approved_version = NULL, updated_at = now()
-    WHERE id = %(content_id)s AND approved_version = %(version)s
-    RETURNING id
-)
-UPDATE versions v SET approved_at = NULL, approved_by = NULL
-FROM withdrawn WHERE v.content_id = withdrawn.id AND v.version = %(version)s
-RETURNING v.content_id, v.version;
+-- contents_withdraw_approval: the approved version is approved no longer (the withdrawal's event says who and why)
+UPDATE contents SET approved_version = NULL, updated_at = now()
+WHERE id = %(content_id)s AND approved_version = %(version)s
+RETURNING id AS content_id, %(version)s::integer AS version;
 
 -- versions_waiting_of_key: the versions a key saved that still have work no worker has started
 SELECT DISTINCT t.content_id, t.version FROM tasks t

@@ -20,3 +20,9 @@ SELECT id, version, action, actor, reason, at FROM events
 WHERE content_id = %(content_id)s AND task_id IS NULL
   AND action IN ('approved', 'rejected', 'changes_requested', 'approval_withdrawn')
 ORDER BY id DESC LIMIT 1;
+
+-- events_approvals_of_content: a content's approvals and withdrawals, oldest first: its approval record
+-- (pipeline/core/approvals.py), through the partial index events_version_decisions
+SELECT id, version, action, actor, reason, at FROM events
+WHERE content_id = %(content_id)s AND task_id IS NULL AND action IN ('approved', 'approval_withdrawn')
+ORDER BY id;

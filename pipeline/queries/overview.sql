@@ -1,8 +1,12 @@
 -- Read models: what the pages and the API show, each a join shaped for one view (pipeline/overview.py).
 
--- contents_overview: content items of a team, newest first, with the status counts of their current version; with a search
+-- contents_overview: content items of a team, newest first, with the status counts of their current version and the
+-- version their latest approval event left approved (pipeline/core/approvals.py: none after a withdrawal); with a search
 -- pattern, those whose title or current text or image prompt holds it; with `before`, those older than that id
-SELECT c.id, c.title, c.locale, c.theme, c.current_version, c.approved_version, c.updated_at,
+SELECT c.id, c.title, c.locale, c.theme, c.current_version, c.updated_at,
+       (SELECT CASE WHEN e.action = 'approved' THEN e.version END FROM events e   -- index events_version_decisions
+        WHERE e.content_id = c.id AND e.task_id IS NULL AND e.action IN ('approved', 'approval_withdrawn')
+        ORDER BY e.id DESC LIMIT 1) AS approved_version,
        coalesce(s.counts, '{}'::jsonb) AS counts, coalesce(s.total, 0) AS total
 FROM contents c
 LEFT JOIN LATERAL (
@@ -19,8 +23,8 @@ ORDER BY c.id DESC LIMIT %(limit)s OFFSET %(offset)s;
 SELECT count(*) AS n FROM contents c
 WHERE (%(pattern)s::text IS NULL OR c.search_text ILIKE %(pattern)s) AND (%(team)s::text IS NULL OR c.team = %(team)s);
 
--- versions_of_content: a content item's versions, newest first
-SELECT version, title, saved_by, saved_at, approved_at, approved_by, cancel_requested_at, cancel_requested_by
+-- versions_of_content: a content item's versions, newest first (their approval comes from the events)
+SELECT version, title, saved_by, saved_at, cancel_requested_at, cancel_requested_by
 FROM versions WHERE content_id = %(content_id)s ORDER BY version DESC;
 
 -- tasks_of_version_view: a version's tasks with their asset and whether their input already has an asset

@@ -63,7 +63,7 @@ def test_bin_dev_with_only_provider_url_key_and_budget_turns_a_lesson_into_paid_
     port = free_port()
     admin_key = "lab-admin-key-for-the-dev-stack-test-0123456789"
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "PORT": str(port),
-           "MEDIA_DIR": str(tmp_path / "media"), "LAB_API_KEY": admin_key,
+           "MEDIA_DIR": str(tmp_path / "media"), "LAB_API_KEY": admin_key, "DEV_DATA_DIR": str(tmp_path / "dev"),
            "SECRET_KEY": "dev-stack-test-secret-0123456789-abcdefghijklmnop"}
     with FakeProviderServer() as fake:
         for prefix in ("IMAGE", "TTS"):

@@ -128,7 +128,7 @@ def test_bin_dev_through_pgbouncer_without_saying_so_stops_and_names_the_setting
     try:
         env = {**os.environ, "DATABASE_URL": bouncer.url(APP, name), "REDIS_URL": redis7.url(),
                "PORT": str(free_port()), "MEDIA_DIR": str(tmp_path / "media"),
-               "SECRET_KEY": "servers-test-secret-0123456789abcdefghij"}
+               "SECRET_KEY": "servers-test-secret-0123456789abcdefghij", "DEV_DATA_DIR": str(tmp_path / "dev")}
         env.pop("DB_POOLER", None)
         # when bin/dev starts, then it stops at once with exit code 2, naming the setting that fixes it
         done = subprocess.run([sys.executable, "-m", "bin.devstack"], cwd=ROOT, env=env, capture_output=True,

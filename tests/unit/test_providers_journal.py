@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import Found, GenerateRequest, NoRecord
+from providers.base import Found, GenerateRequest, NoRecord, Unsupported
 from providers.errors import Ambiguous, Busy, Permanent, ProviderConfigError, Transient
 from providers.journal import CRASH_EXIT_CODE, FaultPlan
 from providers.local_image import LocalImageProvider
@@ -215,3 +215,13 @@ def test_journal_files_are_written_whole_with_no_temp_files_left(image, tmp_path
     image.generate(image_request())
     entries = os.listdir(entry_file(tmp_path).parent)
     assert entries == [f"{KEY}.result"]
+
+
+def test_accept_then_lose_untraced_does_the_work_but_its_lookup_cannot_tell(image):
+    # the demo's provider_unknown: nothing can find out what happened, so only a person decides
+    image.arm("accept_then_lose_untraced")
+    with pytest.raises(Ambiguous):
+        image.generate(image_request())
+    assert image.lookup(KEY) == Unsupported()
+    # a retry the editor consents to is answered with the first result (the key is honoured)
+    assert isinstance(image.generate(image_request()).data, bytes)

@@ -28,6 +28,35 @@ def test_a_text_diff_marks_what_was_deleted_and_inserted_by_character():
     assert text_diff("same", "same") == [{"op": "equal", "text": "same"}]
 
 
+def test_an_english_text_diff_marks_whole_words_not_letters():
+    # "flowers" -> "tulips" used to read "ftulowerips": letters of both words interleaved
+    assert text_diff("We saw the red flowers.", "We saw the red tulips.", "en-US") == [
+        {"op": "equal", "text": "We saw the red "}, {"op": "delete", "text": "flowers"},
+        {"op": "insert", "text": "tulips"}, {"op": "equal", "text": "."}]
+    assert text_diff("a big dog", "a small cat", "en") == [
+        {"op": "equal", "text": "a "}, {"op": "delete", "text": "big dog"}, {"op": "insert", "text": "small cat"}]
+
+
+@pytest.mark.parametrize("locale", ["zh-CN", "ja", "cmn-Hans", "th-TH"])
+def test_a_text_diff_in_a_language_without_spaces_between_words_goes_by_character(locale):
+    assert text_diff("我们在学校学习", "我们在公园学习", locale)[1:3] == [
+        {"op": "delete", "text": "学校"}, {"op": "insert", "text": "公园"}]
+
+
+def test_chinese_inside_an_english_text_is_still_compared_by_character():
+    assert text_diff("I study 中文 at 学校", "I study 中文 at 公园", "en") == [
+        {"op": "equal", "text": "I study 中文 at "}, {"op": "delete", "text": "学校"},
+        {"op": "insert", "text": "公园"}]
+
+
+def test_compare_diffs_by_the_locale_of_the_newer_version():
+    blocks = [{"key": "a", "text": "the red flowers"}]
+    old = Side(1, "t", "en-GB", None, blocks)
+    new = Side(2, "t", "en-GB", None, [{"key": "a", "text": "the red tulips"}])
+    assert compare(old, new)["blocks"][0]["text_diff"][1:] == [{"op": "delete", "text": "flowers"},
+                                                               {"op": "insert", "text": "tulips"}]
+
+
 def test_a_regeneration_mark_changes_only_its_own_media_fingerprint():
     plain = draft("一", "二")
     marked = plain.__class__(plain.title, plain.locale, plain.theme,

@@ -1,22 +1,30 @@
-// Small helpers for server-rendered pages: live board refresh, block editing, confirmations,
+// Small helpers for server-rendered pages: live board and task refresh, block editing, confirmations,
 // the browser's time zone for the sign-in form, and the header's language switch.
 "use strict";
 
-function pollBoard(board) {
-  const url = board.dataset.liveUrl;
+// A page part that follows the server (the board, a task): its fragment is fetched again every 2 s while its
+// root says data-live="true", never while the editor plays a narration or types in it.
+function pollLive(part) {
+  const url = part.dataset.liveUrl;
   const busy = () => {
-    // never yank a playing narration or a half-typed note from under the editor
-    const playing = [...board.querySelectorAll("audio")].some((a) => !a.paused);
-    const typing = board.contains(document.activeElement) && /INPUT|TEXTAREA|SELECT/.test(document.activeElement.tagName);
-    return playing || typing;
+    const playing = [...part.querySelectorAll("audio")].some((a) => !a.paused);
+    const active = document.activeElement;
+    const typing = part.contains(active) && /INPUT|TEXTAREA|SELECT/.test(active.tagName);
+    const ticked = [...part.querySelectorAll('input[type="checkbox"]')].some((box) => box.checked);
+    return playing || typing || ticked;
   };
   const tick = async () => {
-    const state = board.querySelector(".board-state");
-    if (!state || state.dataset.running !== "true") return;
+    const state = part.querySelector("[data-live]");
+    if (!state || state.dataset.live !== "true") return;
     if (!busy()) {
       try {
         const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
-        if (response.ok) board.innerHTML = await response.text();
+        if (response.ok) {
+          // a receipt or a detail the editor opened stays open
+          const open = [...part.querySelectorAll("details")].map((d) => d.open);
+          part.innerHTML = await response.text();
+          part.querySelectorAll("details").forEach((d, i) => { if (open[i]) d.open = true; });
+        }
       } catch (e) { /* offline for a moment: try again next tick */ }
     }
     setTimeout(tick, 2000);
@@ -53,8 +61,7 @@ function setUpEditor(list) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  const board = document.getElementById("board");
-  if (board) pollBoard(board);
+  document.querySelectorAll("[data-live-url]").forEach(pollLive);
   const list = document.querySelector("[data-blocks]");
   if (list) setUpEditor(list);
   // the session keeps the time zone the browser signs in with; the header switch changes it later

@@ -89,10 +89,17 @@ def test_a_malformed_json_body_is_400(api, data):
     assert response.status_code == 400 and response.json["error"]["code"] == "invalid_json"
 
 
-def test_a_body_over_one_mebibyte_is_413(api):
+def test_a_body_over_one_mebibyte_is_413_naming_the_limit(api, app, tokens):
     response = api.post("/api/contents", data=b"{" + b" " * (1024 * 1024 + 10) + b"}",
                         content_type="application/json", role="editor")
     assert response.status_code == 413 and response.json["error"]["code"]
+    assert "1 MiB" in response.json["error"]["message"]
+    # and the page a person gets says it in their words
+    from testkit.pages import sign_in
+    client = app.test_client()
+    csrf = sign_in(client, tokens["editor"])
+    page = client.post("/contents/new", data={"csrf_token": csrf, "title": "x" * (2 << 20)})
+    assert page.status_code == 413 and "The limit is 1 MiB per request." in page.get_data(as_text=True)
 
 
 def test_over_capacity_is_503_with_retry_after_and_nothing_written(database_url, redis_url, media_dir, tokens, conn):

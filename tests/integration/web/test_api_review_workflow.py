@@ -208,11 +208,12 @@ def test_withdrawing_an_approval_makes_delivery_answer_409_with_the_reason(api, 
     assert error["details"]["withdrawn"]["note"] == "licence expired"
     assert error["details"]["withdrawn"]["by"] == "reviewer@example.com"
     assert api.get(created["content_url"]).json["approved_version"] is None
-    assert conn.execute("SELECT approved_at FROM versions").fetchone()["approved_at"] is None
+    board = api.get(created["status_url"]).json
+    assert (board["is_approved"], board["approved_by"], board["approved_at"]) == (False, None, None)
     # withdrawing again: nothing to withdraw
     again = api.post(created["status_url"] + "/withdraw", role="reviewer", json={"note": "x"})
     assert again.status_code == 409 and again.json["error"]["code"] == "not_approved"
-    # approving again delivers again, with a fresh stamp
+    # approving again delivers again, as a new approval
     assert api.approve(created).status_code == 200 and api.delivery(created).status_code == 200
 
 

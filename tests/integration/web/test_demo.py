@@ -157,3 +157,32 @@ def test_a_demo_fault_strikes_only_its_own_lessons_tasks(app, api, real_work, co
     assert len(failed) == 1 and failed[0][0] == "image" and armed(app) == []
     assert tasks[failed[0]]["last_error_code"] == "permanent_error"
     assert {t["status"] for t in api.get(other["status_url"]).json["tasks"]} == {"succeeded"}
+
+
+def test_the_provider_unknown_demo_stays_unknown_through_reconciles_until_an_editor_decides(app, api, real_work,
+                                                                                             conn):
+    from pipeline.reconcile import Reconciler
+
+    # given: the demo whose first image is made but its answer lost, and the provider's lookup cannot tell
+    job = api.post("/api/jobs", json={"theme": "旅行", "scenario": "provider_unknown"}, role="editor").json
+
+    def media():
+        return [t for t in api.get(job["status_url"]).json["tasks"] if t["kind"] != "bundle"]
+
+    def settled():
+        real_work.until_idle(rounds=1)
+        return {t["status"] for t in media()} <= {"succeeded", "unknown"}
+    wait_until(settled, timeout=60, interval=0.2, message="the demo's media settle")
+    [unknown] = [t for t in media() if t["status"] == "unknown"]
+    # when: the reconciler runs, as bin/dev's does every 10 s
+    cfg = app.config["SETTINGS"]
+    for _ in range(2):
+        Reconciler(cfg, conn, build_providers(cfg)).run()
+    # then: nothing decides for the editor; the consent step is where the task waits
+    task = api.get(f"/api/tasks/{unknown['id']}").json
+    assert (task["status"], task["attempts"]) == ("unknown", 1)
+    assert api.post(f"/api/tasks/{unknown['id']}/retry", role="editor").json["error"]["code"] == "duplicate_risk"
+    retried = api.post(f"/api/tasks/{unknown['id']}/retry", role="editor", json={"accept_duplicate_risk": True})
+    assert retried.status_code == 202
+    tasks = complete(api, real_work, job["status_url"])
+    assert {t["status"] for t in tasks.values()} == {"succeeded"}

@@ -48,7 +48,7 @@ def state(conn) -> list:
     """Everything a request could change, as rows."""
     return [conn.execute(query).fetchall() for query in (
         "SELECT id, status, attempts, available_at, asset_sha256 FROM tasks ORDER BY id",
-        "SELECT content_id, version, approved_at, approved_by, cancel_requested_at FROM versions ORDER BY 1, 2",
+        "SELECT content_id, version, cancel_requested_at FROM versions ORDER BY 1, 2",
         "SELECT id, current_version, approved_version, title, team FROM contents ORDER BY id",
         "SELECT count(*) FROM events", "SELECT count(*) FROM outbox", "SELECT * FROM key_spend ORDER BY 1, 2")]
 

@@ -3,6 +3,8 @@ page and its bulk actions, the contents search, all through the signed-in UI."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipeline.core.errors import Ambiguous, Permanent
@@ -25,6 +27,23 @@ def test_the_compare_page_shows_the_text_diff_and_what_each_media_became(app, to
     assert "<del>学校</del><ins>公园</ins>" in html
     assert 'data-block="b1" data-change="unchanged"' in html and 'data-block="b2" data-change="changed"' in html
     assert html.count('data-media-change="reused"') == 2 and html.count('data-media-change="new"') == 2
+    # each media shows its picture or plays its sound on both sides, not a digest to look up
+    media = api.get(f"/api/contents/{created['content_id']}/compare?from=1&to=2").json["media"]
+    for m in media:
+        tag = "img" if m["kind"] == "image" else "audio"
+        for side in ("from", "to"):
+            assert re.search(rf'<{tag}[^>]* src="/media/{m[side]["sha256"]}"', html), (m["block"], m["kind"], side)
+
+
+def test_the_compare_page_marks_whole_english_words(app, tokens, api, work):
+    body = {"title": "Garden", "locale": "en-US", "blocks": [{"key": "b1", "text": "We saw the red flowers."}]}
+    created = api.post("/api/contents", json=body, role="editor").json
+    body["blocks"][0]["text"] = "We saw the red tulips."
+    api.put(created["content_url"], role="editor", json={**body, "base_version": 1})
+    client = app.test_client()
+    sign_in(client, tokens["editor"])
+    html = page(client, f"/contents/{created['content_id']}/compare?from=1&to=2")
+    assert "We saw the red <del>flowers</del><ins>tulips</ins>." in html
 
 
 def test_regenerating_from_the_board_asks_for_a_reason_and_consent_then_opens_the_new_version(app, tokens, api, work,
@@ -93,7 +112,7 @@ def test_the_attention_page_lists_problems_and_retries_only_failed_tasks_in_bulk
     assert response.status_code == 303
     statuses = {t["id"]: t["status"] for t in api.tasks_of(created).values()}
     assert statuses[unknown["id"]] == "unknown" and statuses[failed["id"]] != "failed"
-    assert "1 tasks changed; 1 left as they were" in page(client, "/attention")
+    assert "1 task changed; 1 left as they were" in page(client, "/attention")
 
 
 def test_the_contents_page_searches_and_pages(app, tokens, api):
