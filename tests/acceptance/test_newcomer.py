@@ -63,8 +63,9 @@ def dev(tmp_path):
     home = Path(tempfile.mkdtemp(prefix="mediapipe-newcomer-"))
     home.chmod(0o755)   # PostgreSQL runs as another user when we are root: the folder must be open to it
     port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "LAB_API_KEY", "SECRET_KEY") and not k.startswith(("IMAGE_", "TTS_"))}
+    # the README's defaults: bin/dev's own servers, key and secret, and the local providers
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "LAB_API_KEY", "SECRET_KEY")
+           and not k.startswith(("IMAGE_", "TTS_"))}
     env |= {"PORT": str(port), "DEV_PG_PORT": str(free_port()), "DEV_REDIS_PORT": str(free_port()),
             "DEV_DATA_DIR": str(home / ".data")}
     log_path = tmp_path / "dev.log"
