@@ -1,8 +1,9 @@
 """Issue 52's traces, on the stack the README starts (`bin/dev`, the Procfile's lines: gunicorn's forked web workers,
 RQ's worker pools and their forked children, the dispatcher), with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a real
 OTLP/HTTP receiver on 127.0.0.1 that decodes what it gets with the opentelemetry-proto classes: one save is one
-trace, from the web request through each worker's job, claim, provider call, receipts and completion, to the
-webhook the version's completion sends.
+trace, from the web request through each worker's job, claim, provider call (the image's over HTTP to a fake
+OpenAI-compatible server, traced by the requests instrumentation), receipts and completion, to the webhook the
+version's completion sends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from bin.embedded import free_port
 from pipeline.db import connect
 from testkit import otlp
+from testkit.fakeprovider import FakeProviderServer
 from testkit.helpers import wait_until
 from testkit.receiver import Receiver
 from testkit.stack import DevStack, lesson
@@ -31,11 +33,13 @@ WORKER_SPANS = {"run_task image", "run_task tts", "run_task bundle", "claim", "p
 
 
 def test_one_save_is_one_trace_across_the_web_the_workers_and_the_webhook_sender(database_url, redis_url, tmp_path):
-    collector, hooks = otlp.Receiver().start(), Receiver().start()
-    # given the whole stack tracing to a collector on this machine, and an endpoint that wants completions
+    collector, hooks, fake = otlp.Receiver().start(), Receiver().start(), FakeProviderServer().start()
+    # given the whole stack tracing to a collector on this machine, images from an HTTP provider, and an endpoint
+    # that wants completions
     stack = DevStack.start(database_url=database_url, redis_url=redis_url, media_dir=tmp_path / "media",
                            port=free_port(), log=tmp_path / "dev.log", OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
-                           **ENV)
+                           IMAGE_PROVIDER="openai", IMAGE_BASE_URL=f"{fake.base_url}/v1", IMAGE_API_KEY="sk-traces",
+                           IMAGE_DAILY_BUDGET="unlimited", **ENV)
     try:
         stack.wait_ready()
         added = subprocess.run([sys.executable, str(ROOT / "bin" / "webhooks"), "add", hooks.url, "--team", "default",
@@ -79,6 +83,9 @@ def test_one_save_is_one_trace_across_the_web_the_workers_and_the_webhook_sender
         assert all(s.kind == 3 for s in calls)   # SPAN_KIND_CLIENT
         jobs = {s.span_id: s for s in spans if s.name.startswith("run_task ")}
         assert all(jobs[s.parent_id].attributes["task.id"] == s.attributes["task.id"] for s in calls)
+        [image] = [s for s in calls if s.attributes["task.kind"] == "image"]
+        http = [s for s in spans if s.parent_id == image.span_id and s.kind == 3]
+        assert len(http) == 1 and any(fake.base_url in str(v) for v in http[0].attributes.values()), http
         # and no span of this version's tasks went to a trace of its own
         strays = [s for s in collector.spans() if s.attributes.get("task.id") in task_ids and s.trace_id != trace_id]
         assert strays == []
@@ -86,3 +93,4 @@ def test_one_save_is_one_trace_across_the_web_the_workers_and_the_webhook_sender
         stack.stop()
         hooks.stop()
         collector.stop()
+        fake.stop()
