@@ -174,7 +174,10 @@ class Worker(SparseBookkeeping, SimpleWorker):
         warm_up()
         runtime.current().stopping = lambda: self._stop_requested   # run_task then gives back what it has not begun
         self.wait_for_redis()
-        return super().work(*args, **kwargs)
+        try:
+            return super().work(*args, **kwargs)
+        finally:   # RQ's pool child ends with os._exit, which skips the SDK's atexit export
+            tracing.shutdown()
 
     def wait_for_redis(self, sleep=time.sleep) -> None:
         """Until Redis answers: RQ's start-up registers the worker there and exits on a connection error, so a
@@ -219,4 +222,7 @@ class WebhookWorker(Worker):
         except psycopg.OperationalError as exc:
             log("warm_up_deferred", worker=sender.worker, error=f"{exc.__class__.__name__}: {exc}"[:300])
         self.wait_for_redis()
-        return super(Worker, self).work(*args, **kwargs)
+        try:
+            return super(Worker, self).work(*args, **kwargs)
+        finally:
+            tracing.shutdown()

@@ -8,8 +8,9 @@ a claim and a call cost what they cost before.
 
 Each process calls `setup` once after it is forked (gunicorn's worker after fork, RQ's pool child in its worker's
 `work`, the dispatcher in its main): the SDK's advice for forking servers, since a batch span processor's export
-thread does not survive a fork. The processor exports in the background on the SDK's schedule (OTEL_BSP_*), and
-the provider flushes what is left when the process exits normally.
+thread does not survive a fork. The processor exports in the background on the SDK's schedule (OTEL_BSP_*); what is
+left is exported when the process exits normally (the SDK's `atexit`), or, for RQ's pool children, which end with
+`os._exit`, when their worker's loop ends (`shutdown`).
 
 The context travels in PostgreSQL, not in the RQ message (bin/worker.py refuses messages with anything but task
 ids): the save writes its W3C traceparent on the version (`versions.traceparent`, schema/0029), and the worker's
@@ -72,9 +73,11 @@ def _tracer_provider() -> Any:
     return trace.get_tracer_provider()
 
 
-def flush(timeout_ms: int = 5_000) -> bool:
-    """Export what this process's spans hold now (a process about to end by a path that skips `atexit`)."""
-    return bool(_tracer is None or _tracer_provider().force_flush(timeout_ms))
+def shutdown() -> None:
+    """Export what this process still holds and stop its export thread: for a process that ends by a path that skips
+    `atexit`, where the SDK's own shutdown runs (RQ's pool children end with `os._exit`)."""
+    if _tracer is not None:
+        _tracer_provider().shutdown()
 
 
 def now_ns() -> int | None:

@@ -94,3 +94,25 @@ def test_one_save_is_one_trace_across_the_web_the_workers_and_the_webhook_sender
         hooks.stop()
         collector.stop()
         fake.stop()
+
+
+def test_spans_a_worker_still_holds_are_exported_when_the_stack_stops(database_url, redis_url, tmp_path):
+    collector = otlp.Receiver().start()
+    # given a stack whose span processors export only every ten minutes (or at exit)
+    stack = DevStack.start(database_url=database_url, redis_url=redis_url, media_dir=tmp_path / "media",
+                           port=free_port(), log=tmp_path / "dev.log", OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
+                           **{**ENV, "OTEL_BSP_SCHEDULE_DELAY": "600000"})
+    try:
+        stack.wait_ready()
+        _, saved = stack.save(lesson(1, "held spans"))
+        stack.wait_done(saved["content_id"], saved["version"])
+        assert not [s for s in collector.spans() if s.service == "mediapipe-worker"]   # held by the workers
+        # when the stack stops as Ctrl-C stops it (RQ's pool children end with os._exit, past the SDK's atexit)
+        assert stack.stop() == []
+        # then each worker exported what it held before it exited
+        names = {s.name for s in collector.spans() if s.service == "mediapipe-worker"}
+        assert WORKER_SPANS <= names, names
+        assert {"save", "outbox send"} <= {s.name for s in collector.spans() if s.service == "mediapipe-web"}
+    finally:
+        stack.stop()
+        collector.stop()
