@@ -3,7 +3,8 @@ RQ's worker pools and their forked children, the dispatcher), with OTEL_EXPORTER
 OTLP/HTTP receiver on 127.0.0.1 that decodes what it gets with the opentelemetry-proto classes: one save is one
 trace, from the web request through each worker's job, claim, provider call (the image's over HTTP to a fake
 OpenAI-compatible server, traced by the requests instrumentation), receipts and completion, to the webhook the
-version's completion sends.
+version's completion sends; and what the processes still hold when the stack stops (a bulk save's messages sent by
+the dispatcher among it) reaches the collector in the save's trace before they exit.
 """
 
 from __future__ import annotations
@@ -96,23 +97,30 @@ def test_one_save_is_one_trace_across_the_web_the_workers_and_the_webhook_sender
         fake.stop()
 
 
-def test_spans_a_worker_still_holds_are_exported_when_the_stack_stops(database_url, redis_url, tmp_path):
+def test_spans_the_workers_and_the_dispatcher_still_hold_are_exported_when_the_stack_stops(database_url, redis_url,
+                                                                                          tmp_path):
     collector = otlp.Receiver().start()
-    # given a stack whose span processors export only every ten minutes (or at exit)
+    # given a stack whose span processors export only every ten minutes (or at exit), and a bulk save, whose messages
+    # only the dispatcher sends
     stack = DevStack.start(database_url=database_url, redis_url=redis_url, media_dir=tmp_path / "media",
                            port=free_port(), log=tmp_path / "dev.log", OTEL_EXPORTER_OTLP_ENDPOINT=collector.url,
                            **{**ENV, "OTEL_BSP_SCHEDULE_DELAY": "600000"})
     try:
         stack.wait_ready()
-        _, saved = stack.save(lesson(1, "held spans"))
+        _, saved = stack.save(lesson(1, "held spans"), priority="bulk")
         stack.wait_done(saved["content_id"], saved["version"])
+        with connect(database_url, autocommit=True) as conn:
+            trace_id = conn.execute("SELECT traceparent FROM versions WHERE content_id = %s AND version = %s",
+                                    (saved["content_id"], saved["version"])).fetchone()["traceparent"].split("-")[1]
         assert not [s for s in collector.spans() if s.service == "mediapipe-worker"]   # held by the workers
         # when the stack stops as Ctrl-C stops it (RQ's pool children end with os._exit, past the SDK's atexit)
         assert stack.stop() == []
-        # then each worker exported what it held before it exited
-        names = {s.name for s in collector.spans() if s.service == "mediapipe-worker"}
+        # then each worker and the dispatcher exported what it held before it exited, in the save's trace
+        names = {s.name for s in collector.spans(trace_id) if s.service == "mediapipe-worker"}
         assert WORKER_SPANS <= names, names
-        assert {"save", "outbox send"} <= {s.name for s in collector.spans() if s.service == "mediapipe-web"}
+        assert "save" in {s.name for s in collector.spans(trace_id) if s.service == "mediapipe-web"}
+        sent = [s for s in collector.spans(trace_id) if s.service == "mediapipe-dispatcher"]
+        assert sent and {s.name for s in sent} == {"outbox send"}, sent
     finally:
         stack.stop()
         collector.stop()
