@@ -176,8 +176,9 @@ def dispatch_main(argv: list[str]) -> int:
     parser.add_argument("--once", action="store_true", help="send what is due now, then exit")
     args = parser.parse_args(argv)
     cfg = _settings(redis=True)
-    from pipeline import dispatch
+    from pipeline import dispatch, tracing
     from pipeline.core import lanes
+    tracing.setup(cfg.tracing, "mediapipe-dispatcher")   # docs/tracing.md; nothing is imported when off
     conn_redis = servers.redis_client(cfg)
     depth = lanes.bulk_depths(cfg)
     if not _servers_usable(cfg, once=args.once):

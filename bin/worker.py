@@ -35,7 +35,7 @@ from rq.worker import SimpleWorker
 
 from PIL import Image
 
-from pipeline import attempt, dispatch, runtime  # noqa: F401 - imported before the pool forks (see above)
+from pipeline import attempt, dispatch, runtime, tracing  # noqa: F401 - imported before the pool forks (see above)
 from pipeline import executor  # noqa: F401 - the executor, likewise
 from pipeline import webhook_delivery, webhooks
 from pipeline.core.errors import ConfigError
@@ -168,10 +168,16 @@ class Worker(SparseBookkeeping, SimpleWorker):
 
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
+        # after the pool's fork, as the SDK asks of forking servers: the span processor's export thread is this
+        # process's own (docs/tracing.md); nothing is imported when tracing is off
+        tracing.setup(runtime.current().settings.tracing, "mediapipe-worker")
         warm_up()
         runtime.current().stopping = lambda: self._stop_requested   # run_task then gives back what it has not begun
         self.wait_for_redis()
-        return super().work(*args, **kwargs)
+        try:
+            return super().work(*args, **kwargs)
+        finally:   # RQ's pool child ends with os._exit, which skips the SDK's atexit export
+            tracing.shutdown()
 
     def wait_for_redis(self, sleep=time.sleep) -> None:
         """Until Redis answers: RQ's start-up registers the worker there and exits on a connection error, so a
@@ -205,6 +211,7 @@ class WebhookWorker(Worker):
     def work(self, *args, **kwargs) -> bool:
         kwargs["with_scheduler"] = False
         sender = webhook_delivery.current()
+        tracing.setup(sender.cfg.tracing, "mediapipe-webhook")
         try:
             webhooks.secret_key(sender.cfg)
         except ConfigError as exc:
@@ -215,4 +222,7 @@ class WebhookWorker(Worker):
         except psycopg.OperationalError as exc:
             log("warm_up_deferred", worker=sender.worker, error=f"{exc.__class__.__name__}: {exc}"[:300])
         self.wait_for_redis()
-        return super(Worker, self).work(*args, **kwargs)
+        try:
+            return super(Worker, self).work(*args, **kwargs)
+        finally:
+            tracing.shutdown()

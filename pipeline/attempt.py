@@ -26,7 +26,7 @@ from typing import Callable, TypeVar
 import psycopg
 from rq import get_current_job
 
-from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tasks
+from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tasks, tracing
 from pipeline.core import policy
 from pipeline.core.errors import Busy, Cancelled, LeaseLost, Refused, Transient
 from pipeline.core.records import Asset, Task
@@ -62,6 +62,8 @@ class Attempt:
         self.woken_ids: list[int] = []             # or their outbox rows, when the success freed the slot
         self.lost = self.cancel_requested = self._told = False
         self.message: Message | None = None      # the RQ message it came in, when a worker runs it
+        self.traceparent: str | None = None      # its version's save's trace, read with the claim when traced
+        self.claimed_ns: tuple[int | None, int | None] = (None, None)   # when its claim began and ended, if traced
         self._lock = threading.Lock()
 
     def __enter__(self) -> "Attempt":
@@ -214,11 +216,11 @@ def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_i
     lease, the hold on the input's one paid call, the input's stored asset and the provider's earlier refusal of it
     and, for a task that holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and
     rate token; a call that needs a booking takes all it needs in the same transaction (`slots.take`)."""
-    cfg, token = rt.settings, uuid.uuid4()
+    cfg, token, started = rt.settings, uuid.uuid4(), tracing.now_ns()
     row = db.one(conn, "tasks_claim", {
         "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
         "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
-        "calls": rt.slot_table.in_claim(cfg, rt.executor.provider_name)})
+        "calls": rt.slot_table.in_claim(cfg, rt.executor.provider_name), "traced": tracing.on()})
     if row is None:
         return None
     task = Task.from_row(row)
@@ -226,6 +228,7 @@ def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_i
         row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
         row["stored_height"], row["stored_duration_ms"])
     attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
+    attempt.traceparent, attempt.claimed_ns = row["traceparent"], (started, tracing.now_ns())
     if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
         attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
                                   f"{row['refused_message']}; edit the block, or retry the task to send it again")
@@ -249,7 +252,8 @@ def _finish(rt: runtime.Runtime, attempt: Attempt, write: Callable[[psycopg.Conn
             attempt.settle_in(conn)
         attempt.settled = True
         return result
-    return _written(rt, once)
+    with tracing.span("complete", attributes={"task.id": attempt.task.id}):
+        return _written(rt, once)
 
 
 def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tuple[str, list[int]]:
@@ -267,7 +271,8 @@ def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tupl
                 message.claimed[following] = _claim_in(rt, conn, following, message.job_id)
         return done
 
-    done = _written(rt, once)
+    with tracing.span("complete", attributes={"task.id": attempt.task.id, "task.status": "succeeded"}):
+        done = _written(rt, once)
     attempt.settled = True   # the paid result, its ledger row and its slot were written, lease or not
     attempt.woken_ids = done.woken
     if done.lost is not None:
@@ -421,6 +426,17 @@ def _run_one(message: Message, task_id: int) -> str:
     task = attempt.task
     fields = {"task_id": task.id, "content_id": task.content_id, "version": task.version, "kind": task.kind,
               "attempt": task.attempts, "lease_token": task.lease_token, "rq_job_id": job_id}
+    # the job's span continues the save's trace, whose traceparent the claim read: it begins with the claim
+    with tracing.span(f"run_task {task.kind}", parent=attempt.traceparent, start_ns=attempt.claimed_ns[0],
+                      attributes={"messaging.system": "rq", "messaging.message.id": job_id, "task.id": task.id,
+                                  "task.kind": task.kind, "task.attempt": task.attempts}):
+        tracing.finished("claim", *attempt.claimed_ns, attributes={"task.id": task.id})
+        return _attempted(message, attempt, fields)
+
+
+def _attempted(message: Message, attempt: Attempt, fields: dict) -> str:
+    """The claimed attempt run, its outcome written, and the messages it made sent; its status."""
+    rt = message.rt
     log("job_start", **fields)
     try:
         with attempt:

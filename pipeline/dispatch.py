@@ -17,6 +17,7 @@ content first, so contents take turns and one import cannot starve a later one.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
-from pipeline import db, webhook_delivery
+from pipeline import db, tracing, webhook_delivery
 from pipeline.core.states import KINDS
 from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name, tasks_per_message
 from pipeline.log import log
@@ -186,6 +187,28 @@ def _deliver(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[d
     that commits on its own: `conn` is in autocommit mode, as every sender's connection is)."""
     if not rows:
         return 0
+    with _traced(conn, rows):
+        return _enqueue_and_mark(conn, conn_redis, rows, token)
+
+
+def _traced(conn: psycopg.Connection, rows: Sequence[dict]) -> contextlib.ExitStack:
+    """The spans of the rows' send (docs/tracing.md), entered: one in the current trace (a save's or a task's own
+    send), else one in each trace the rows' versions' saves began (the dispatcher's sends). Nothing when off."""
+    spans = contextlib.ExitStack()
+    if not tracing.on():
+        return spans
+    attributes = {"outbox.ids": [r["id"] for r in rows], "task.ids": [r["task_id"] for r in rows]}
+    parents: set[str | None] = {None}
+    if tracing.traceparent() is None:   # no trace here: carry on those the saves began
+        found = db.all(conn, "versions_traceparents", {"task_ids": [r["task_id"] for r in rows]})
+        parents = {row["traceparent"] for row in found} or {None}
+    for parent in parents:
+        spans.enter_context(tracing.span("outbox send", parent=parent, attributes=attributes))
+    return spans
+
+
+def _enqueue_and_mark(conn: psycopg.Connection, conn_redis: redis.Redis, rows: Sequence[dict],
+                      token: uuid.UUID) -> int:
     try:
         enqueue(conn_redis, rows)
     except redis.RedisError as exc:

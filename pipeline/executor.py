@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, storage, tasks
+from pipeline import bundle, storage, tasks, tracing
 from pipeline.core import policy, prices
 from pipeline.core.errors import (ConfigError, PipelineError, ProviderError, ResultNotStored, StorageUnavailable,
                                   Transient)
@@ -131,8 +131,9 @@ class ProviderExecutor:
     def _call(self, task: Task, provider: Provider, settings: ProviderSettings, request: GenerateRequest,
               call: Call) -> Asset:
         try:
-            self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
-                                          provider.model, task.fingerprint, request.idempotency_key, now()))
+            with tracing.span("receipt intent", attributes={"task.id": task.id}):
+                self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
+                                              provider.model, task.fingerprint, request.idempotency_key, now()))
         except OSError as exc:   # a full disk, a read-only directory, an unreachable bucket: no receipt, so no call
             wait = storage.REFUSALS.refused(self.cfg, "intent receipt", exc)
             raise StorageUnavailable(f"could not write the intent receipt, so the provider was not called: {exc}",
@@ -144,7 +145,10 @@ class ProviderExecutor:
         record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key,
                       estimated_cost=estimate, list_cost=estimate)
         try:
-            result = provider.generate(request)
+            with tracing.span("provider call", client=True, attributes={
+                    "task.id": task.id, "task.kind": task.kind, "provider.name": provider.name,
+                    "provider.model": provider.model}):
+                result = provider.generate(request)
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
             charged = policy.may_have_charged(exc, replay=call.replay)
@@ -162,7 +166,8 @@ class ProviderExecutor:
         call.ledger = dict(record, outcome="replayed" if call.replay else "succeeded", http_status=200,
                                  latency_ms=elapsed, reported_cost=figure, usage=result.metadata.get("usage"),
                                  cost=0.0 if call.replay else (estimate if figure is None else figure))
-        return self._keep(task, settings, result, elapsed)
+        with tracing.span("receipt result", attributes={"task.id": task.id}):
+            return self._keep(task, settings, result, elapsed)
 
     def _keep(self, task: Task, settings: ProviderSettings, result: Result, call_ms: int) -> Asset:
         """Store a paid call's result and its result receipt.

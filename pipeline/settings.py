@@ -184,6 +184,7 @@ class Settings:
     key_daily_spend: float | None = None   # what one API key's actions may book per UTC day (pipeline/keyspend.py)
     team_daily_spend: float | None = None  # what one team's keys together may book per UTC day
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
+    tracing: bool = False                  # OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT set: traces (pipeline/tracing.py)
     image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
     tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
     storage: StorageSettings = StorageSettings()
@@ -458,6 +459,13 @@ def _webhooks(env: Mapping[str, str], port: int) -> WebhookSettings:
     return WebhookSettings(**values)
 
 
+def _tracing(env: Mapping[str, str]) -> bool:
+    """Whether to trace: the OpenTelemetry SDK's own settings say where to (an OTLP endpoint) and whether it is
+    switched off (OTEL_SDK_DISABLED); the SDK reads the rest of its OTEL_* settings itself."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return bool(endpoint and endpoint.strip()) and env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
+
+
 def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> Settings:
     """Build the settings from `env` (default: the process environment); `today` (default: the UTC date) decides
     which models the catalogue calls shut down."""
@@ -529,6 +537,7 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
         values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
     values["storage"] = _storage(env)
     values["webhooks"] = _webhooks(env, values.get("port", base.port))
+    values["tracing"] = _tracing(env)
     values.setdefault("allow_self_approval", values.get("demo_mode", False))   # the seed demo approves its own save
     settings = Settings(**values)
     if settings.image_bulk_backend == "batch" and settings.image.backend != "openai":

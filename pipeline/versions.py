@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg.types.json import Jsonb
 
-from pipeline import db, dispatch, keyspend, tasks
+from pipeline import db, dispatch, keyspend, tasks, tracing
 from pipeline.core import lanes
 from pipeline.core.board import FINISHED, version_status
 from pipeline.core.content import (Draft, ProviderInfo, carry_regenerations, check_narratable, check_speakable,
@@ -70,6 +70,15 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
          base_version: int | None = None, save_key: str | None = None, key_id: int | None = None,
          lane: str = lanes.INTERACTIVE, send_at_once: bool = False, team: str = DEFAULT_TEAM) -> Saved:
+    """`_save` in a span of the trace the version carries on (its traceparent is this span's; docs/tracing.md)."""
+    with tracing.span("save", attributes={"content.id": content_id, "content.team": team, "blocks": len(draft.blocks)}):
+        return _save(conn, draft, cfg, actor=actor, content_id=content_id, base_version=base_version,
+                     save_key=save_key, key_id=key_id, lane=lane, send_at_once=send_at_once, team=team)
+
+
+def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None,
+          base_version: int | None, save_key: str | None, key_id: int | None, lane: str, send_at_once: bool,
+          team: str) -> Saved:
     """Create a content item of `team` (content_id None) or its next version on top of `base_version` (the
     content keeps its team; who may save it is checked before, pipeline/teams.py).
 
@@ -150,7 +159,8 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
         "content_id": content_id, "base_version": base_version, "title": draft.title, "locale": draft.locale,
         "theme": draft.theme, "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest,
         "saved_by": actor, "deadline_seconds": lanes.deadline_seconds(cfg, lane), "save_key": save_key,
-        "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane, "team": team})
+        "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane, "team": team,
+        "traceparent": tracing.traceparent()})
     if version is None:
         current = db.one(conn, "contents_get", {"content_id": content_id})
         if current is None:

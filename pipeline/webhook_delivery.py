@@ -29,7 +29,7 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from pipeline import db, servers, webhook_http, webhooks
+from pipeline import db, servers, tracing, webhook_http, webhooks
 from pipeline.core import webhooks as rules
 from pipeline.log import log
 from pipeline.settings import Settings, load
@@ -90,7 +90,7 @@ class Sender:
         with conn.transaction():
             row = db.one(conn, "webhook_deliveries_take", {
                 "delivery_id": delivery_id, "lease_token": lease,
-                "lease_seconds": self.cfg.webhooks.timeout_seconds + LEASE_MARGIN})
+                "lease_seconds": self.cfg.webhooks.timeout_seconds + LEASE_MARGIN, "traced": tracing.on()})
             if row is not None and row["previous_lease"] is not None:
                 self._record(conn, row, attempt=row["attempts"] - 1, started_at=row["now"], latency_ms=0,
                              http_status=None, outcome="lost",
@@ -101,12 +101,18 @@ class Sender:
         if row["disabled_at"] is not None:
             return self._settle(row, lease, webhook_http.Answer(None, 0, "the endpoint is disabled"),
                                 rules.Decision("dead", None, "endpoint disabled"), row["now"])
-        started_at = datetime.now(timezone.utc)
-        answer = webhook_http.post(row["url"], *self._signed(row), timeout=self.cfg.webhooks.timeout_seconds,
-                                   allowed=self.cfg.webhooks.allow_networks)
-        decision = rules.decide(answer.http_status, row["attempts"], row["window_start"], datetime.now(timezone.utc),
-                                self.policy, random.random())
-        return self._settle(row, lease, answer, decision, started_at)
+        # in the trace of the save of the event's version (docs/tracing.md); the receiver is not sent our trace ids
+        with tracing.span("webhook send", parent=row["traceparent"], client=True, attributes={
+                "webhook.delivery_id": row["id"], "webhook.event_type": row["type"], "webhook.attempt": row["attempts"],
+                "webhook.endpoint_id": row["endpoint_id"]}) as span:
+            started_at = datetime.now(timezone.utc)
+            answer = webhook_http.post(row["url"], *self._signed(row), timeout=self.cfg.webhooks.timeout_seconds,
+                                       allowed=self.cfg.webhooks.allow_networks)
+            if span is not None and answer.http_status is not None:
+                span.set_attribute("http.response.status_code", answer.http_status)
+            decision = rules.decide(answer.http_status, row["attempts"], row["window_start"],
+                                    datetime.now(timezone.utc), self.policy, random.random())
+            return self._settle(row, lease, answer, decision, started_at)
 
     def _signed(self, row: dict) -> tuple[bytes, dict[str, str]]:
         """The message's body and headers for this attempt: its id, now, and the endpoint's signatures."""

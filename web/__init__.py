@@ -23,6 +23,7 @@ from flask import Blueprint, Flask
 from flask.json.provider import DefaultJSONProvider
 
 from pipeline import settings as settings_mod
+from pipeline import tracing
 from pipeline.core.errors import ConfigError
 
 
@@ -53,6 +54,9 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     app = Flask(__name__)
     app.json = JSONProvider(app)
     app.config["SETTINGS"] = cfg
+    # gunicorn builds the app in each worker it forked (no preload), where the SDK's export thread then lives
+    tracing.setup(cfg.tracing, "mediapipe-web")
+    tracing.instrument_flask(app)
     from web import attention, auth, contents, db, errors, health, i18n, inputs, media, metrics, openapi, pages
     from web import present, requestid, review, security, sessions, spend, tasks, webhooks
     requestid.init_app(app, cfg.trusted_proxies)   # first, so even a refused request has its id

@@ -21,7 +21,8 @@ WHERE coalesce(saved_by_key, 0) = coalesce(%(key_id)s::bigint, 0) AND save_key =
 
 -- versions_insert: a save's immutable snapshot and its content's version number, in one statement: a new content
 -- item of `team` at version 1 (no `content_id`), or the next version only if the editor saw the latest one (an optimistic lock
--- on the content's current version; no row when `base_version` is not the latest or the content is unknown)
+-- on the content's current version; no row when `base_version` is not the latest or the content is unknown); the
+-- save's W3C traceparent when it is traced (docs/tracing.md)
 WITH bumped AS (
     UPDATE contents SET current_version = current_version + 1, title = %(title)s, locale = %(locale)s,
            theme = %(theme)s, updated_at = now(), search_text = search_text_of(%(title)s, %(blocks)s)
@@ -36,12 +37,18 @@ WITH bumped AS (
     SELECT id, current_version FROM bumped UNION ALL SELECT id, current_version FROM created
 )
 INSERT INTO versions (content_id, version, title, locale, theme, blocks, digest, saved_by, deadline_at,
-                      save_key, save_digest, saved_by_key, lane)
+                      save_key, save_digest, saved_by_key, lane, traceparent)
 SELECT content.id, content.current_version, %(title)s, %(locale)s, %(theme)s, %(blocks)s, %(digest)s, %(saved_by)s,
        now() + make_interval(secs => %(deadline_seconds)s), %(save_key)s, %(save_digest)s, %(saved_by_key)s,
-       %(lane)s
+       %(lane)s, %(traceparent)s
 FROM content
 RETURNING *;
+
+-- versions_traceparents: the traceparents the saves of these tasks' versions wrote (the dispatcher's spans, when
+-- traced)
+SELECT DISTINCT v.traceparent FROM tasks t
+JOIN versions v ON v.content_id = t.content_id AND v.version = t.version
+WHERE t.id = ANY(%(task_ids)s) AND v.traceparent IS NOT NULL;
 
 -- versions_get: one version
 SELECT * FROM versions WHERE content_id = %(content_id)s AND version = %(version)s;

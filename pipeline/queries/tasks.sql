@@ -54,9 +54,12 @@ SELECT count(*) AS n FROM task_unmet_deps WHERE task_id = %(task_id)s;
 
 -- tasks_claim: take a runnable task for one attempt, with the hold on its input, the asset and the refusal its
 -- input already has and, for the kinds `calls` names, its call slot and rate token (schema: attempt_claim); a
--- duplicate or early message matches nothing
-SELECT * FROM attempt_claim(%(task_id)s, %(lease_token)s, %(worker)s, %(lease_seconds)s, %(rq_job_id)s,
-                            %(attempt_seconds)s, %(receipt_store)s, %(calls)s::jsonb);
+-- duplicate or early message matches nothing; with `traced`, the traceparent its version's save wrote (untraced, the
+-- CASE skips its subquery)
+SELECT c.*, CASE WHEN %(traced)s THEN (SELECT v.traceparent FROM versions v
+                                       WHERE v.content_id = c.content_id AND v.version = c.version) END AS traceparent
+FROM attempt_claim(%(task_id)s, %(lease_token)s, %(worker)s, %(lease_seconds)s, %(rq_job_id)s,
+                   %(attempt_seconds)s, %(receipt_store)s, %(calls)s::jsonb) c;
 
 -- tasks_succeed: a worker's success, fenced by its lease, with its asset, its input's release, its dependents'
 -- messages, its ledger row and its slot's release (schema: attempt_succeed)

@@ -90,7 +90,8 @@ WHERE id = ANY (%(ids)s) AND claim_token = %(claim_token)s AND status = 'pending
 RETURNING id;
 
 -- webhook_deliveries_take: a worker takes a due message under a new lease, one attempt more, with what it sends:
--- its endpoint and event; `previous_lease` is the lease of a worker that took it and never settled it
+-- its endpoint and event; `previous_lease` is the lease of a worker that took it and never settled it; with `traced`,
+-- the traceparent of the save of the event's version (docs/tracing.md)
 WITH before AS (
     SELECT id, lease_token FROM webhook_deliveries WHERE id = %(delivery_id)s FOR UPDATE
 )
@@ -102,7 +103,9 @@ WHERE d.id = before.id AND e.id = d.endpoint_id AND ev.id = d.event_id
 RETURNING d.id, d.attempts, d.window_start, before.lease_token AS previous_lease, now() AS now,
           e.id AS endpoint_id, e.url, e.secret_salt, e.previous_salt, e.previous_until, e.disabled_at,
           ev.id AS event_id, ev.type, ev.team, ev.content_id, ev.version, ev.task_id, ev.data,
-          ev.created_at AS event_created_at;
+          ev.created_at AS event_created_at,
+          CASE WHEN %(traced)s THEN (SELECT v.traceparent FROM versions v
+                                     WHERE v.content_id = ev.content_id AND v.version = ev.version) END AS traceparent;
 
 -- webhook_attempts_add: one attempt, as it went
 INSERT INTO webhook_attempts (delivery_id, attempt, started_at, latency_ms, http_status, outcome, error, worker)
