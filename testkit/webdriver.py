@@ -80,8 +80,17 @@ class Chromium:
     def find(self, css: str) -> str:
         return self._call("POST", "/element", {"using": "css selector", "value": css})[ELEMENT]
 
-    def click(self, css: str) -> None:
-        self._call("POST", f"/element/{self.find(css)}/click")
+    def click(self, css: str, *, timeout: float = 10.0) -> None:
+        """Click the element `css` finds. The board and the task page replace their live part every 2 s, so an
+        element found just before a refresh may be gone when the click arrives: it is found again, until `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._call("POST", f"/element/{self.find(css)}/click")
+                return
+            except AssertionError as exc:
+                if "stale element reference" not in str(exc) or time.monotonic() > deadline:
+                    raise
 
     def type(self, css: str, text: str) -> None:
         element = self.find(css)

@@ -164,7 +164,9 @@ def test_an_expired_batch_keeps_what_it_finished_and_sends_the_rest_again_withou
     settled = all_settled(system, content)
     image_rows = [r for r in settled if r["kind"] == "image"]
     assert {r["status"] for r in image_rows} == {"succeeded"}
-    assert fake.batch.created == 2 and executions(fake, image_rows) == [1, 1, 1, 1]
+    # the lines it never ran went out again in a batch of their own (or two, when they reach the batcher in two
+    # gatherings), and each input was made once
+    assert fake.batch.created >= 2 and executions(fake, image_rows) == [1, 1, 1, 1]
     assert [r["attempts"] for r in image_rows] == [1, 1, 1, 1]   # the lines it never ran spent no attempt
     with system.db() as conn:
         outcomes = conn.execute("SELECT outcome, count(*)::int AS n FROM batch_lines GROUP BY 1").fetchall()
