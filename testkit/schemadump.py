@@ -8,6 +8,8 @@ Regenerate the snapshot after adding a migration:
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import psycopg
 
@@ -40,8 +42,9 @@ def describe(url: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fresh() -> str:
-    """Describe the schema the migrations build on a new, empty embedded server."""
+@contextmanager
+def migrated_server() -> Iterator[str]:
+    """A new, empty embedded server with every migration run: its URL, for the block's length."""
     import tempfile
     from pathlib import Path
 
@@ -53,9 +56,15 @@ def fresh() -> str:
     server.start()
     try:
         migrations.migrate(server.url())
-        return describe(server.url())
+        yield server.url()
     finally:
         server.stop(mode="immediate")
+
+
+def fresh() -> str:
+    """Describe the schema the migrations build on a new, empty embedded server."""
+    with migrated_server() as url:
+        return describe(url)
 
 
 if __name__ == "__main__":

@@ -80,20 +80,9 @@ def bodies(directory: Path = FUNCTIONS) -> dict[str, str]:
 
 
 def _fresh() -> None:
-    import tempfile
-
-    from bin.embedded import Postgres, free_port
-    from pipeline import migrations
-    base = Path(tempfile.mkdtemp(prefix="mediapipe-functions-"))
-    base.chmod(0o755)
-    server = Postgres(base / "pg", free_port(), durable=False)
-    server.start()
-    try:
-        migrations.migrate(server.url())
-        with psycopg.connect(server.url()) as conn:
-            write(conn)
-    finally:
-        server.stop(mode="immediate")
+    from testkit.schemadump import migrated_server
+    with migrated_server() as url, psycopg.connect(url) as conn:
+        write(conn)
 
 
 if __name__ == "__main__":
