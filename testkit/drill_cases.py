@@ -308,6 +308,7 @@ def failure_before_the_claim(d: Drill) -> None:
     image = d.task("image")
     with d.system.holding("SELECT pg_advisory_lock(4243)"):
         doomed = d.system.start_worker("image")
+        d.system.listening(doomed)
         d.system.waiting_on_lock()
         kill(doomed)   # it took the message from Redis and dies before its claim commits
         d.fault()

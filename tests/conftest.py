@@ -161,6 +161,14 @@ def database_url(servers):
     drop_database(servers, url)
 
 
+@pytest.fixture(scope="module")
+def module_database_url(servers):
+    """A fresh, migrated database for a module whose tests share processes on it (each test its own content)."""
+    url = create_database(servers)
+    yield url
+    drop_database(servers, url)
+
+
 @pytest.fixture
 def empty_database_url(servers):
     """A fresh database with no schema at all."""

@@ -103,9 +103,12 @@ def test_racing_workers_never_pass_the_daily_budget_and_paused_work_resumes_when
     with budget.db() as conn:
         spent = conn.execute("SELECT spent::float AS spent, calls FROM spend_days").fetchone()
     assert (spent["spent"], spent["calls"]) == (20.0, 20)
-    # when: the limit is raised (workers restart with the new setting)
+    # when: the limit is raised (workers restart with the new setting: stopped as a deploy stops them, each
+    # finishing the job it holds, so no task is left to a killed worker's recovery)
     for worker in workers:
-        worker.kill()
+        worker.terminate()
+    for worker in workers:
+        worker.wait(30)
     raised = budget.with_env(IMAGE_DAILY_BUDGET="100")
     for _ in range(4):
         raised.start_worker("image")

@@ -24,11 +24,14 @@ def test_killed_before_its_claim_the_lost_message_is_sent_again_and_runs_once(sy
     # given a worker stuck right before its claim (the tasks table is locked)
     with system.holding("LOCK TABLE tasks IN EXCLUSIVE MODE"):
         worker = system.start_worker("image")
+        system.listening(worker)
         system.waiting_on_lock()
         # when it is killed there, with the message already taken from Redis
         kill(worker)
     assert system.task(image["id"])["attempts"] == 0
-    system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle")
+    # once new workers listen (a message re-sent before then could wait past LOST_DISPATCH_SECONDS and be sent
+    # a third time)
+    system.listening(system.start_worker("image"), system.start_worker("tts"), system.start_worker("bundle"))
     rows = drain(system, saved.content_id)
     # then the reconciler re-sent it, and the provider ran it once
     assert [r["status"] for r in rows] == ["succeeded"] * 3
