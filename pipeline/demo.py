@@ -104,7 +104,7 @@ def parse_job(body: object) -> tuple[str, str | None, str | None]:
     theme, scenario, locale = body.get("theme"), body.get("scenario"), body.get("locale")
     if not isinstance(theme, str) or not theme.strip():
         raise InvalidInput(f"theme is required; choose one of: {', '.join(themes())}", field="theme")
-    if scenario is not None and scenario not in SCENARIOS:
+    if scenario is not None and (not isinstance(scenario, str) or scenario not in SCENARIOS):
         raise InvalidInput(f"scenario {scenario!r} is unknown; choose one of: {', '.join(SCENARIOS)}",
                            field="scenario")
     if locale is not None and not isinstance(locale, str):
