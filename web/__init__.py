@@ -28,10 +28,15 @@ from pipeline.core.errors import ConfigError
 
 
 class JSONProvider(DefaultJSONProvider):
-    """ISO 8601 times (Flask's default is an HTTP date), numbers for money, text for UUIDs."""
+    """ISO 8601 times (Flask's default is an HTTP date), numbers for money, text for UUIDs; a request's 3.0 is
+    the whole number 3."""
 
     ensure_ascii = False
     sort_keys = False
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        # JSON has one kind of number, and the OpenAPI document (JSON Schema) counts 3.0 as a whole number
+        return super().loads(s, parse_float=whole_or_float, **kwargs)
 
     @staticmethod
     def default(o: Any) -> Any:
@@ -42,6 +47,13 @@ class JSONProvider(DefaultJSONProvider):
         if isinstance(o, uuid.UUID):
             return str(o)
         return DefaultJSONProvider.default(o)
+
+
+def whole_or_float(text: str) -> int | float:
+    """A JSON number written with a fraction or an exponent: an int when it is whole (float's precision: no
+    number has to be spelled out digit by digit, so 1e999999 cannot cost a CPU)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
 def create_app(test_config: Mapping[str, str] | None = None) -> Flask:

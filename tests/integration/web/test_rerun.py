@@ -186,3 +186,13 @@ def test_a_page_loaded_before_the_rename_still_reruns_by_its_form(app, api, work
     # then the task is rerun
     assert response.status_code == 303 and response.headers["Location"] == f"/tasks/{image}"
     assert conn.execute("SELECT why FROM replays WHERE task_id = %s", (image,)).fetchone()["why"] == "an open tab"
+
+
+def test_an_extension_written_with_a_fraction_is_its_whole_number_of_seconds(api, work):
+    # JSON has one kind of number: 3600.0 is 3600, as an integer of the OpenAPI document counts it (and Schemathesis
+    # sends it so); 1.5 is no whole number of seconds
+    image = failed_image(api, work, api.create(1))
+    half = rerun(api, image, why="x", extend_deadline_seconds=1.5)
+    assert half.status_code == 422 and half.json["error"]["field"] == "extend_deadline_seconds"
+    whole = rerun(api, image, why="provider fixed", extend_deadline_seconds=3600.0)
+    assert whole.status_code == 202, whole.json
