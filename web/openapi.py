@@ -242,8 +242,9 @@ def review_paths() -> dict:
     return {
         "/api/contents/{content_id}/compare": {"get": op(
             "Two versions side by side: blocks added, removed, changed (text diff), media reused, new or superseded, "
-            "each side's cost", {"200": body(ref("Comparison")), **errors(404, 422)}, params=[
-                CONTENT, query("from", {"type": "integer", "minimum": 1}, "default: the version before `to`"),
+            "each side's cost", {"200": body(ref("Comparison")), **errors(404, 409, 422)}, params=[
+                CONTENT, query("from", {"type": "integer", "minimum": 1}, "default: the version before `to` (409 when "
+                                                                          "`to` is 1)"),
                 query("to", {"type": "integer", "minimum": 1}, "default: the current version")])},
         "/api/contents/{content_id}/versions/{version}/reject": {"post": op(
             "Reject a version with a note (reviewer; 409 for the approved version)", decision, params=version,

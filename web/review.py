@@ -32,6 +32,9 @@ def compared(content_id: int) -> dict:
     """Parse `from` and `to` (default: the current version and the one before it) and compare them."""
     head = overview.content(get_conn(), content_id)
     new = version_arg("to", head["current_version"])
+    if new == 1 and not request.args.get("from"):
+        raise Conflict(f"content {content_id} has no version before version 1 to compare it with; name both versions "
+                       "with from= and to=", code="no_earlier_version")
     old = version_arg("from", new - 1)
     return overview.versions_compared(get_conn(), content_id, old, new)
 

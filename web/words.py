@@ -42,6 +42,7 @@ CODE_WORDS = {
     "version_approved": _l("This version is approved; withdraw its approval first"),
     "not_approved": _l("This version is not the approved one; there is no approval to withdraw"),
     "not_regenerable": _l("Only a succeeded image or narration can be regenerated"),
+    "no_earlier_version": _l("This is the first version: there is no earlier one to compare it with"),
     "new_charge_unconfirmed": _l("A regeneration is a new paid call, so it needs your explicit consent"),
     "needs_consent": _l("An unknown outcome is retried only on its own page, with your consent"),
     "no_dead_letter": _l("This task has no dead letter to rerun"),

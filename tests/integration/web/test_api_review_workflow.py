@@ -58,9 +58,9 @@ def test_comparing_an_unknown_version_is_404_and_a_bad_number_is_422(api):
     response = api.get(f"/api/contents/{created['content_id']}/compare?from=x&to=1")
     assert response.status_code == 422 and response.json["error"]["field"] == "from"
     assert api.get("/api/contents/999/compare").status_code == 404
-    # one version only: nothing to compare it with
+    # one version only: nothing before it to compare it with; the request itself is valid, so not a 422
     response = api.get(f"/api/contents/{created['content_id']}/compare")
-    assert response.status_code == 422 and response.json["error"]["field"] == "from"
+    assert response.status_code == 409 and response.json["error"]["code"] == "no_earlier_version"
 
 
 # --- regenerate ------------------------------------------------------------------------------
