@@ -119,7 +119,9 @@ SCHEMAS = {
         "next_attempt_at": NULLABLE_TIME, "last_error": {"type": ["string", "null"]},
         "last_error_code": {"enum": [*(reason.value for reason in Reason), None],
                             "description": "why the decision that recorded last_error was made"},
-        "waiting_for": {"enum": ["input", "budget", "storage", None]},
+        "waiting_for": {"enum": ["input", "slot", "budget", "storage", None],
+                        "description": "what a task in retry waits for, spending no attempt: another task making the "
+                                       "same input, a free call slot, the budget, the media store"},
         "sha256": {"type": ["string", "null"]}, "asset_url": {"type": ["string", "null"]},
         "events": {"type": "array", "items": OBJECT}}},
     "Version": {"type": "object", "properties": {
