@@ -67,6 +67,11 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
     return max(1, min(600, math.ceil(excess * 60 / max(done_per_minute, 1))))
 
 
+def speakable(cfg: Settings) -> tuple[str, ...]:
+    """The languages (locale prefixes) the configured speech provider speaks; () when it reads any."""
+    return SPEECH_LOCALES.get(cfg.tts.backend, ())
+
+
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
          base_version: int | None = None, save_key: str | None = None, key_id: int | None = None,
          lane: str = lanes.INTERACTIVE, send_at_once: bool = False, team: str = DEFAULT_TEAM) -> Saved:
@@ -90,7 +95,7 @@ def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, 
     Inside a caller's transaction the save commits with it, at the usual durability.
     """
     lane = lanes.parse_priority(lane)
-    check_speakable(draft.locale, SPEECH_LOCALES.get(cfg.tts.backend, ()))
+    check_speakable(draft.locale, speakable(cfg))
     speech = openai_models.speech_model(cfg.tts.model) if cfg.tts.backend == "openai" else None
     if speech is not None:
         check_narratable(draft, lambda text: openai_models.speech_limit_refusal(speech, text))

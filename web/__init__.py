@@ -69,13 +69,14 @@ def create_app(test_config: Mapping[str, str] | None = None) -> Flask:
     # gunicorn builds the app in each worker it forked (no preload), where the SDK's export thread then lives
     tracing.setup(cfg.tracing, "mediapipe-web")
     tracing.instrument_flask(app)
-    from web import attention, auth, contents, db, errors, health, i18n, inputs, media, metrics, openapi, pages
-    from web import present, requestid, review, security, sessions, spend, tasks, webhooks
+    from web import attention, auth, contents, contract, db, errors, health, i18n, inputs, media, metrics
+    from web import openapi, pages, present, requestid, review, security, sessions, spend, tasks, webhooks
     requestid.init_app(app, cfg.trusted_proxies)   # first, so even a refused request has its id
     security.init_app(app, cfg.trusted_proxies)
     sessions.init_app(app)
     db.init_app(app)
     inputs.init_app(app)
+    contract.init_app(app)   # every documented operation's query and body, as web.openapi says
     errors.init_app(app)
     present.init_app(app)
     i18n.init_app(app)

@@ -24,7 +24,7 @@ from pipeline import keys, signins, teams
 from pipeline.core.teams import DEFAULT_TEAM
 from pipeline.keys import Principal
 from pipeline.log import log
-from web import i18n, sessions
+from web import contract, i18n, sessions
 from web.db import get_conn, settings
 from web.errors import Problem
 from web.inputs import safe_next
@@ -72,12 +72,15 @@ def require(permission: str, *, demo_without_key: bool = False) -> Callable:
 
     `demo_without_key`: in demo mode, a keyless JSON call made directly from this machine acts as
     an editor named "demo (no key, loopback)" (demo jobs only; DEMO_MODE is off unless set).
+    Then the caller's team must see what the route names (check_team), and the request must keep to the OpenAPI
+    document (web.contract).
     """
     def decorate(view: Callable) -> Callable:
         @wraps(view)
         def wrapped(*args, **kwargs):
             g.principal = api_principal(permission, demo_without_key=demo_without_key)
             check_team(g.principal)
+            contract.check_request()
             return view(*args, **kwargs)
         wrapped.permission = permission
         return wrapped

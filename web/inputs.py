@@ -21,6 +21,7 @@ from web.errors import Problem
 _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")
 _DIGITS = re.compile(r"[0-9]{1,18}")   # ASCII only: str.isdigit and int() also take '²' or '٣'
 MAX_ID = 2**63 - 1                     # a bigint row id
+MAX_ROW_ID = 10**18 - 1                # the largest id a path or query takes: 18 digits (IdConverter, `whole`)
 MAX_VERSION = 2_147_483_647            # an integer version number
 MAX_OFFSET = 10_000                    # deeper pages are asked for by narrowing the search, not by offset
 MAX_BODY_BYTES = 1024 * 1024

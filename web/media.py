@@ -35,6 +35,7 @@ from pipeline import overview, storage, teams
 from pipeline.core.content import download_name as content_download_name
 from pipeline.core.records import content_disposition, extension
 from pipeline.core.states import MEDIUM
+from web import contract
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
 from pipeline.core.errors import InvalidInput
@@ -111,6 +112,7 @@ def _may_read(sha256: str) -> None:
 def get(sha256: str) -> Response:
     if not _SHA.fullmatch(sha256):
         abort(404, description="no such media")
+    contract.check_request()   # c, v, expires, signature and name as the document says (a 422 naming the one)
     left = _signed_link_age()
     if left is None:
         _may_read(sha256)

@@ -51,8 +51,9 @@ def test_a_job_with_a_scenario_makes_new_images_so_the_fault_strikes_it(api, con
 @pytest.mark.parametrize("body, status, field", [
     ({"theme": "cooking"}, 422, "theme"), ({}, 422, "theme"), ({"theme": "旅行", "scenario": "meteor"}, 422, "scenario"),
     ({"theme": "旅行", "locale": "fr-FR"}, 422, "locale"), (["旅行"], 422, "body"), (None, 400, None),
-    # what a fuzzer found: a list where a scenario's name belongs was a 500
-    ({"theme": "旅行", "scenario": [{}]}, 422, "scenario"), ({"theme": "旅行", "scenario": {}}, 422, "scenario"),
+    # what a fuzzer found: a list where a name belongs was a 500, an explicit null locale was accepted
+    ({"theme": "旅行", "scenario": [{}]}, 422, "scenario"), ({"theme": "旅行", "locale": None}, 422, "locale"),
+    ({"theme": "旅行", "colour": "red"}, 422, "colour"),
 ])
 def test_a_bad_job_request_is_refused_and_arms_nothing(app, api, conn, body, status, field):
     response = api.post("/api/jobs", json=body, role="editor") if body is not None else api.post("/api/jobs",
