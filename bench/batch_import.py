@@ -107,7 +107,7 @@ def run_lane(stack, fake, backend: str, bodies: list[dict], args) -> dict:
     return {"lane": backend, "lessons": delivered, "images": images, "failed": sum(t["status"] == "failed"
                                                                                   for t in tasks),
             "inputs": inputs, "calls": executions, "lines": lines["n"] if backend == "batch" else None,
-            "cost_per_image": cost["c"] / max(1, images), "seconds": elapsed, "model": cfg.image.model,
+            "cost_per_image": cost["c"] / max(1, images), "seconds": elapsed, "model": cfg.providers["image"].model,
             "done": left == 0 and delivered == len(bodies) and executions == inputs
             and (backend != "batch" or lines["n"] == lines["inputs"] == inputs)}
 

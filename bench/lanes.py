@@ -99,7 +99,7 @@ def run_config(bench: Stack, name: str, env: dict[str, str], args) -> dict:
     figures: dict = {}
     try:
         stack.wait_ready()
-        bulk_slots = stack.cfg.image.bulk_slots
+        bulk_slots = stack.cfg.providers["image"].bulk_slots
         alone(stack, 2, f"{name}-warm-up")
         sizes = {"lesson": args.blocks, "edit": 1}
 

@@ -16,7 +16,7 @@ import psycopg
 from bin import devenv
 from pipeline import db, migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 
 
 def _tool() -> str:
@@ -340,7 +340,7 @@ def workers_main(argv: list[str]) -> int:
         "Print how many worker processes a Procfile pool runs on this machine, from the settings (README, "
         "\"Lanes\"): KIND's pool on both lanes, or with --interactive its pool on the interactive queue only; "
         "`webhook`: the webhook pool (WEBHOOK_WORKERS). Exit codes: 0 printed, 2 bad configuration."))
-    parser.add_argument("kind", choices=(*KINDS, "webhook"))
+    parser.add_argument("kind", choices=(*kinds.names(), "webhook"))
     parser.add_argument("--interactive", action="store_true", help="the pool that listens to the interactive "
                                                                    "queue only")
     args = parser.parse_args(argv)

@@ -30,7 +30,8 @@ from pipeline import batches, db, dispatch, pauses, runtime, slots, storage, tas
 from pipeline.core import policy
 from pipeline.core.errors import Busy, Cancelled, LeaseLost, Refused, Transient
 from pipeline.core.records import Asset, Task
-from pipeline.core.states import TaskKind, TaskStatus, check_transition
+from pipeline.core import kinds
+from pipeline.core.states import TaskStatus, check_transition
 from pipeline.log import log
 from pipeline.settings import Settings
 
@@ -86,7 +87,7 @@ class Attempt:
                     row = db.one(conn, "tasks_heartbeat", {"task_id": self.task.id,
                                                            "lease_token": self.task.lease_token,
                                                            "lease_seconds": self.rt.settings.lease_seconds})
-                    if self.task.kind != TaskKind.BUNDLE:
+                    if kinds.get(self.task.kind).shared:
                         db.execute(conn, "input_calls_renew", {"fingerprint": self.task.fingerprint,
                                                                "lease_token": self.task.lease_token,
                                                                "hold_seconds": self.rt.settings.lease_seconds})
@@ -232,7 +233,7 @@ def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_i
     if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
         attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
                                   f"{row['refused_message']}; edit the block, or retry the task to send it again")
-    elif stored is None and attempt.holds_input:   # a bundle holds no input
+    elif stored is None and attempt.holds_input and kinds.get(task.kind).paid:   # local work takes no call
         try:
             if slots.taken_in_claim(cfg, task.kind):
                 attempt.call = rt.slot_table.taken(task, cfg, row)
@@ -312,7 +313,7 @@ def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset:
     paying, and have the executor do the work: the asset, or None when the call went into a Batch API job instead.
     The call's booking is given back when the error proves it unpaid."""
     task = attempt.task
-    if task.kind == TaskKind.BUNDLE:   # local work: no call, nothing to take
+    if not kinds.get(task.kind).paid:   # local work: no call, nothing to take
         return rt.executor.execute(task, slots.Call())
     if attempt.call is None:
         try:
@@ -340,7 +341,8 @@ def _run(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]]:
     try:
         if attempt.refused is not None:
             raise attempt.refused
-        settled = _hold_input(rt, attempt) if task.kind != TaskKind.BUNDLE and not attempt.holds_input else None
+        settled = (_hold_input(rt, attempt) if kinds.get(task.kind).shared and not attempt.holds_input
+                   else None)
         if settled:
             return settled
         asset = _call(rt, attempt)

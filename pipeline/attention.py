@@ -19,7 +19,7 @@ import psycopg
 
 from pipeline import db, review, teams
 from pipeline.core.errors import Conflict, InvalidInput, NotFound
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 from pipeline.keys import Principal
 from pipeline.settings import Settings
 
@@ -39,8 +39,8 @@ def tasks(conn: psycopg.Connection, *, team: str | None, problem: str | None = N
     """What needs a person in a team's contents (None: every team's)."""
     if problem is not None and problem not in PROBLEMS:
         raise InvalidInput(f"problem must be one of {', '.join(PROBLEMS)}", field="problem")
-    if kind is not None and kind not in KINDS:
-        raise InvalidInput(f"kind must be one of {', '.join(KINDS)}", field="kind")
+    if kind is not None and kind not in kinds.names():
+        raise InvalidInput(f"kind must be one of {', '.join(kinds.names())}", field="kind")
     params = {"problem": problem, "kind": kind, "content_id": content_id, "limit": limit, "offset": offset,
               "team": team}
     with conn.transaction():

@@ -79,7 +79,7 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
         row = db.one(conn, "batch_lines_enlist", {
             "task_id": task.id, "lease_token": task.lease_token, "line_token": token, "custom_id": key,
             "body": Jsonb(body), "model": data["model"], "estimate": booking.cost if booking else 0.0,
-            "list_cost": prices.estimate(cfg.image, "image", data), "booked_provider": booking.provider if booking else None,
+            "list_cost": prices.estimate(cfg.providers["image"], "image", data), "booked_provider": booking.provider if booking else None,
             "booked_day": booking.day if booking else None})
         if row is None and booking is not None:
             spend.refund_in(conn, booking)
@@ -229,7 +229,7 @@ class Batcher:
         log("batch_done", batch=batch["id"], provider_status=status)
 
     def _record_file(self, batch: dict, file_id: str, lines: dict) -> None:
-        cap = self.cfg.image.max_bytes * max(1, batch["lines"]) + 1_000_000
+        cap = self.cfg.providers["image"].max_bytes * max(1, batch["lines"]) + 1_000_000
         with tempfile.TemporaryFile() as content:
             self.client.download(file_id, content, cap)
             content.seek(0)
@@ -250,7 +250,7 @@ class Batcher:
                 self._settle_failure(line, Ambiguous(f"the batch line's answer is unusable: {exc}"), "failed",
                                      dict(record, outcome="ambiguous", cost=float(line["estimate"])))
                 return
-            figure = prices.reported(self.cfg.image, "image", line["input"], answer.metadata, batch=True)
+            figure = prices.reported(self.cfg.providers["image"], "image", line["input"], answer.metadata, batch=True)
             asset = keep_result(self.store, self.book, line["task_id"], line["attempt"], line["lease_token"],
                                 answer, 0)
             also = LineSettlement(line, "succeeded", dict(record, outcome="succeeded", reported_cost=figure,
@@ -313,6 +313,6 @@ def client_for(cfg: Settings) -> BatchClient:
 
     from providers.http_endpoint import Limits
 
-    p = cfg.image
+    p = cfg.providers["image"]
     return BatchClient(base_url=p.base_url, api_key=p.api_key, session=requests.Session(),
                        limits=Limits(p.connect_timeout, p.read_timeout, max(p.call_timeout, 300.0), p.max_bytes))

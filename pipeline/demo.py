@@ -119,7 +119,7 @@ def run_mark() -> str:
 def arm(cfg: Settings, scenario: str, mark: str) -> None:
     """Arm the scenario's fault for the next image call whose prompt carries `mark` (this job's lesson), in
     any process sharing MEDIA_DIR."""
-    if cfg.image.backend != "local":
+    if cfg.providers["image"].backend != "local":
         raise Conflict(f"scenario {scenario!r} needs the local image provider (IMAGE_PROVIDER=local)",
                        code="scenario_unavailable")
     build_providers(cfg)["image"].arm(SCENARIOS[scenario], scope=mark)
@@ -127,7 +127,7 @@ def arm(cfg: Settings, scenario: str, mark: str) -> None:
 
 def disarm(cfg: Settings, mark: str) -> int:
     """Drop this job's armed image fault (its save was refused, so no fault lingers); others stay armed."""
-    if cfg.image.backend != "local":
+    if cfg.providers["image"].backend != "local":
         return 0
     return build_providers(cfg)["image"].disarm_all(scope=mark)
 

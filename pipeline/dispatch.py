@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import psycopg
+from psycopg.types.json import Jsonb
 import redis
 from rq import Queue
 from rq.job import Job
@@ -31,7 +32,7 @@ from rq.serializers import JSONSerializer
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from pipeline import db, tracing, webhook_delivery
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name, tasks_per_message
 from pipeline.log import log
 from pipeline.settings import Settings
@@ -39,8 +40,6 @@ from pipeline.settings import Settings
 JOB_FUNC = "pipeline.attempt.run_task"   # the one function a message may name (bin/worker.py refuses any other)
 SERIALIZER = JSONSerializer           # never pickle: a pickle in Redis would run code on every worker that reads it
 STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
-QUEUES = KINDS    # task kinds; each has one RQ queue per lane (lanes.queue_name)
-DEFAULT_BULK_DEPTH = bulk_depths(Settings())
 RESULT_TTL = 60   # seconds a finished RQ job's record is kept (PostgreSQL holds the outcome)
 
 
@@ -230,18 +229,19 @@ def send_due(conn: psycopg.Connection, conn_redis: redis.Redis, *, batch: int = 
     """Send one batch of due interactive rows, then fill the bulk queues' free places, then one batch of due
     webhook messages (pipeline/webhook_delivery.py); how many were sent."""
     sent = _send(conn, conn_redis, "outbox_claim", {"limit": batch}, claim_seconds)
-    sent += send_bulk(conn, conn_redis, depth=bulk_depth or DEFAULT_BULK_DEPTH, claim_seconds=claim_seconds)
+    sent += send_bulk(conn, conn_redis, depth=bulk_depth or bulk_depths(Settings()), claim_seconds=claim_seconds)
     return sent + webhook_delivery.send_due(conn, conn_redis, batch=batch, claim_seconds=claim_seconds,
                                             lost_seconds=lost_seconds)
 
 
 def _bulk_room(conn_redis: redis.Redis, depth: Mapping[str, int]) -> dict[str, int]:
-    """Free places per bulk queue (`room_<kind>`): its depth minus the messages waiting in it."""
+    """Free places per bulk queue, by kind: its depth minus the messages waiting in it."""
+    names = kinds.names()
     with conn_redis.pipeline(transaction=False) as pipe:
-        for kind in KINDS:
+        for kind in names:
             pipe.llen(_queue_key(queue_name(kind, BULK)))
-        waiting = dict(zip(KINDS, pipe.execute()))
-    return {f"room_{kind}": max(0, depth[kind] - waiting[kind]) for kind in KINDS}
+        waiting = dict(zip(names, pipe.execute()))
+    return {kind: max(0, depth.get(kind, 0) - waiting[kind]) for kind in names}
 
 
 def send_bulk(conn: psycopg.Connection, conn_redis: redis.Redis, *, depth: Mapping[str, int],
@@ -260,7 +260,7 @@ def send_bulk(conn: psycopg.Connection, conn_redis: redis.Redis, *, depth: Mappi
         room = _bulk_room(conn_redis, depth)   # again, under the lock: another dispatcher may just have filled it
         if not any(room.values()):
             return 0
-        return _send(conn, conn_redis, "outbox_claim_bulk", room, claim_seconds)
+        return _send(conn, conn_redis, "outbox_claim_bulk", {"room": Jsonb(room)}, claim_seconds)
     finally:
         if not conn.broken and not conn.closed:
             db.execute(conn, "outbox_bulk_unlock")

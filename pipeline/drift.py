@@ -20,7 +20,7 @@ from rq import Queue
 from rq.registry import StartedJobRegistry
 
 from pipeline import db
-from pipeline.core.lanes import ALL_QUEUES
+from pipeline.core.lanes import all_queues
 
 JOB_ID = re.compile(r"^task-(\d+)-\d+$")
 LIMIT = 10_000
@@ -29,7 +29,7 @@ LIMIT = 10_000
 def _tasks_in_redis(conn_redis: redis.Redis, limit: int) -> set[int]:
     """Task ids of the messages waiting in every queue or held by a worker."""
     found: set[int] = set()
-    for name in ALL_QUEUES:
+    for name in all_queues():
         ids = Queue(name, connection=conn_redis).get_job_ids(0, limit)
         ids += StartedJobRegistry(name, connection=conn_redis).get_job_ids(0, limit - 1, cleanup=False)
         found |= {int(m.group(1)) for m in map(JOB_ID.match, ids) if m}

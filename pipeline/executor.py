@@ -14,6 +14,7 @@ the attempt's end (`_keep`), then `ResultNotStored` (unknown).
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 import time
 from dataclasses import fields
@@ -23,12 +24,11 @@ from typing import Callable, Protocol
 
 import psycopg
 
-from pipeline import bundle, storage, tasks, tracing
-from pipeline.core import policy, prices
+from pipeline import storage, tasks, tracing
+from pipeline.core import kinds, policy, prices
 from pipeline.core.errors import (ConfigError, PipelineError, ProviderError, ResultNotStored, StorageUnavailable,
                                   Transient)
-from pipeline.core.records import Asset, Task
-from pipeline.core.states import MEDIA_KINDS, MEDIUM, TaskKind
+from pipeline.core.records import Asset, Task, Work
 from pipeline.slots import Call
 from pipeline.settings import ProviderSettings, Settings
 from providers.base import GenerateRequest, Provider, Result
@@ -56,27 +56,19 @@ def provider_config(p: ProviderSettings) -> ProviderConfig:
 
 
 def build_providers(cfg: Settings) -> dict[str, Provider]:
-    """The configured provider of each media kind; ConfigError (naming the setting) when one cannot be built."""
+    """The configured provider of each paid kind; ConfigError (naming the setting) when one cannot be built."""
     try:
-        return {kind: build_provider(MEDIUM[kind], provider_config(getattr(cfg, kind)),
-                                     journal_dir=cfg.media_dir / "provider-journal" / kind)
-                for kind in MEDIA_KINDS}
+        return {kind.name: build_provider(kind.medium, provider_config(cfg.providers[kind.name]),
+                                          journal_dir=cfg.media_dir / "provider-journal" / kind.name)
+                for kind in kinds.paid()}
     except ProviderConfigError as exc:
         raise ConfigError(str(exc)) from exc
 
 
 def request_for(task: Task, seconds_left: float | None = None) -> GenerateRequest:
-    data = task.input
-    key = task.idempotency_key
-    options = data.get("options") or {}
-    if task.kind == "image":   # a regeneration's nonce asks a seeded renderer for another picture
-        return GenerateRequest("image", data["prompt"], {"model": data["model"], "size": data["size"],
-                                                         "theme": data.get("theme"), "options": options,
-                                                         "variation": data.get("regeneration")},
-                               key, seconds_left)
-    return GenerateRequest(MEDIUM[task.kind], data["text"], {"model": data["model"], "voice": data["voice"],
-                                                             "locale": data["locale"], "options": options},
-                           key, seconds_left)
+    kind = kinds.get(task.kind)
+    text, params = kind.request(task.input)
+    return GenerateRequest(kind.medium, text, params, task.idempotency_key, seconds_left)
 
 
 def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int, lease_token: object,
@@ -105,24 +97,33 @@ class ProviderExecutor:
         return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn, actor)
 
     def execute(self, task: Task, call: Call) -> Asset:
-        if task.kind == TaskKind.BUNDLE:  # local work, nothing is paid: any failure may simply be retried
-            try:
-                with tempfile.TemporaryDirectory(prefix="mediapipe-bundle-") as work:
-                    path = Path(work) / "bundle.zip"
-                    bundle.build(self.conn(), self.store, task.content_id, task.version, path)
-                    try:
-                        sha, size = self.store.put_file(path)
-                    except OSError as exc:   # the store refuses: wait for it, spending no attempt
-                        wait = storage.REFUSALS.refused(self.cfg, "bundle", exc)
-                        raise StorageUnavailable(f"could not store the bundle: {exc}", retry_after=wait) from exc
-                return Asset(sha, "application/zip", size)
-            except StorageUnavailable:
-                raise
-            except (psycopg.Error, OSError, PipelineError) as exc:
-                raise Transient(f"could not build the bundle: {exc}") from exc
+        kind = kinds.get(task.kind)
+        if not kind.paid:
+            return self._make(task, kind)
         request = request_for(task, seconds_left=(min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
                                                   - datetime.now(timezone.utc)).total_seconds())
-        return self._call(task, self.providers[task.kind], getattr(self.cfg, task.kind), request, call)
+        return self._call(task, self.providers[task.kind], self.cfg.providers[task.kind], request, call)
+
+    def _make(self, task: Task, kind: kinds.Kind) -> Asset:
+        """Local work (the kind's `work`, called with a `Work` and the file to write; it answers the asset's media
+        type and, for a picture or a sound, its size or length): nothing is paid, so any failure may simply be
+        retried."""
+        module, _, name = kind.work.partition(":")
+        try:
+            make = getattr(importlib.import_module(module), name)
+            with tempfile.TemporaryDirectory(prefix=f"mediapipe-{kind.name}-") as folder:
+                path = Path(folder) / kind.name
+                made = make(Work(self.conn(), self.store, self.cfg, task), path)
+                try:
+                    sha, size = self.store.put_file(path)
+                except OSError as exc:   # the store refuses: wait for it, spending no attempt
+                    wait = storage.REFUSALS.refused(self.cfg, kind.name, exc)
+                    raise StorageUnavailable(f"could not store the {kind.name}: {exc}", retry_after=wait) from exc
+            return Asset(sha, made.media_type, size, made.width, made.height, made.duration_ms)
+        except StorageUnavailable:
+            raise
+        except (psycopg.Error, OSError, ValueError, PipelineError) as exc:
+            raise Transient(f"could not make the {kind.name}: {exc}") from exc
 
     def provider_name(self, kind: str) -> str:
         """The name the ledger uses for the provider of a task kind."""

@@ -13,6 +13,7 @@ all keys together spend. Revoking a key can cancel its unstarted work (pipeline/
 from __future__ import annotations
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from pipeline import db
 from pipeline.settings import Settings
@@ -22,10 +23,10 @@ def book(conn: psycopg.Connection, cfg: Settings, key_id: int | None, *, content
          version: int | None = None, task_ids: list[int] | None = None) -> None:
     """Book, in the caller's transaction (or pipeline), what the action's tasks may cost: the tasks of
     `content_id`/`version`, or `task_ids`. Nothing for an action without a key, or with nothing to cost."""
-    if key_id is None or (cfg.image.cost_per_call <= 0 and cfg.tts.cost_per_call <= 0):
+    costs = {kind: p.cost_per_call for kind, p in cfg.providers.items()}
+    if key_id is None or not any(cost > 0 for cost in costs.values()):
         return
     db.execute(conn, "key_spend_book", {
         "key_id": key_id, "content_id": content_id, "version": version, "task_ids": task_ids,
-        "image_cost": cfg.image.cost_per_call, "tts_cost": cfg.tts.cost_per_call, "limit": cfg.key_daily_spend,
-        "team_limit": cfg.team_daily_spend})
+        "costs": Jsonb(costs), "limit": cfg.key_daily_spend, "team_limit": cfg.team_daily_spend})
 

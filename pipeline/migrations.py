@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from pipeline import servers
+from pipeline.core import kinds
 from pipeline.core.errors import PipelineError
 from pipeline.settings import Settings
 
@@ -84,6 +85,19 @@ def pending(conn: psycopg.Connection, files: list[Migration] | None = None) -> l
     return plan(discover() if files is None else files, _recorded(conn))
 
 
+def register_kinds(conn: psycopg.Connection) -> None:
+    """Write every registered kind's row of `task_kinds` (what our SQL reads of a kind; schema/0031_task_kinds.sql),
+    once the table exists: a kind added to the registry needs no migration of its own."""
+    if conn.execute("SELECT to_regclass('task_kinds') IS NULL").fetchone()[0]:
+        return
+    with conn.transaction():
+        for kind in kinds.every():
+            conn.execute("INSERT INTO task_kinds (name, per_block, paid, shared, completes_version) "
+                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (name) DO UPDATE SET per_block = excluded.per_block, "
+                         "paid = excluded.paid, shared = excluded.shared, completes_version = excluded.completes_version",
+                         (kind.name, kind.per_block, kind.paid, kind.shared, kind.completes_version))
+
+
 def migrate(url: str, files: list[Migration] | None = None, *, bounds: Settings | None = None) -> list[Migration]:
     """Apply the missing migrations; return what was applied (empty when current).
 
@@ -108,6 +122,7 @@ def migrate(url: str, files: list[Migration] | None = None, *, bounds: Settings 
             if not todo:
                 break
             applied.append(todo[0])
+        register_kinds(conn)
         if bounds is not None:
             servers.write_role_bounds(conn, bounds)
     return applied

@@ -24,7 +24,7 @@ from pipeline.core.diagnosis import diagnose
 from pipeline.core.errors import NotFound
 from pipeline.core.ledger import dollars, version_spend
 from pipeline.core.rerun import runs as run_chain
-from pipeline.core.states import MEDIUM, TaskKind
+from pipeline.core import kinds
 from pipeline.settings import Settings
 
 
@@ -119,7 +119,7 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
         by_task.setdefault(event["task_id"], []).append(_event_doc(event))
     docs = [_task_doc(t, by_task.get(t["id"], [])) for t in tasks]
     by_block = {(t["kind"], t["block"]): t for t in docs}
-    blocks = [{**b, **{medium: by_block.get((kind, b["key"])) for kind, medium in MEDIUM.items()}}
+    blocks = [{**b, **{kind.medium: by_block.get((kind.name, b["key"])) for kind in kinds.media()}}
               for b in row["blocks"]]
     status = version_status(((t["kind"], t["status"]) for t in docs), row["cancel_requested_at"] is not None)
     blockers = [b.summary() for b in approval_blockers(docs, version=number,
@@ -134,7 +134,8 @@ def version(conn: psycopg.Connection, content_id: int, number: int) -> dict:
             "cancel_requested_by": row["cancel_requested_by"],
             "status": status, "terminal": status in FINISHED,
             "progress": progress(Counter(t["status"] for t in docs)), "blocks": blocks, "tasks": docs,
-            "bundle": by_block.get((TaskKind.BUNDLE, None)), "approvable": not blockers, "approval_blockers": blockers,
+            **{kind.medium: by_block.get((kind.name, None)) for kind in kinds.every() if not kind.per_block},
+            "approvable": not blockers, "approval_blockers": blockers,
             "running": any(t["status"] in ("ready", "running", "retry") for t in docs),
             "events": by_task.get(None, []), "spend": version_spend(calls),
             "review": decisions[-1] if decisions else None}

@@ -163,7 +163,7 @@ class Reconciler:
         """One round of the batch lane (pipeline/batches.py), unless the batcher process is in one now."""
         if self.cfg.image_bulk_backend != "batch" and not db.scalar(self.conn, "image_batches_any_live"):
             return
-        if self.cfg.image.backend != "openai":
+        if self.cfg.providers["image"].backend != "openai":
             log("batches_left", reason="IMAGE_PROVIDER is not openai: live batch lines wait for it")
             return
         if not db.one(self.conn, "image_batches_try_lock")["locked"]:
@@ -181,7 +181,7 @@ class Reconciler:
         recovery of dead workers' attempts, by running out (`held_until`), or just before their waiters parked."""
         for kind, provider in self.providers.items():
             woken = db.all(self.conn, "provider_slots_wake", {
-                "kind": kind, "provider": slots_of(provider.name, kind), "bulk_slots": getattr(self.cfg, kind).bulk_slots})
+                "kind": kind, "provider": slots_of(provider.name, kind), "bulk_slots": self.cfg.providers[kind].bulk_slots})
             report.add("slot_waiters_woken", len(woken))
 
     def supersede_old(self, report: Report) -> None:

@@ -21,7 +21,7 @@ from pipeline import db, events, versions
 from pipeline.core import lanes
 from pipeline.core.content import Draft, block_from_snapshot, with_regeneration
 from pipeline.core.errors import Conflict, NotFound
-from pipeline.core.states import MEDIA_KINDS
+from pipeline.core import kinds
 from pipeline.settings import Settings
 
 NEEDS_CONSENT = ("A regeneration makes a new paid call for this {kind} (estimated cost {cost:g}) even though "
@@ -38,15 +38,16 @@ class Regenerated:
 
 
 def estimated_cost(cfg: Settings, kind: str) -> float:
-    return getattr(cfg, kind).cost_per_call
+    return cfg.providers[kind].cost_per_call
 
 
 def _target(conn: psycopg.Connection, task_id: int) -> dict:
     task = db.one(conn, "tasks_get_with_version", {"task_id": task_id})
     if task is None:
         raise NotFound(f"task {task_id} does not exist")
-    if task["kind"] not in MEDIA_KINDS:
-        raise Conflict(f"task {task_id} is a bundle; regenerate one of its images or narrations instead",
+    if not kinds.get(task["kind"]).paid:
+        raise Conflict(f"task {task_id} is a {task['kind']}, made from the version's media; regenerate one of its "
+                       f"images or narrations instead",
                        code="not_regenerable", details={"kind": task["kind"]})
     if task["status"] != "succeeded":
         raise Conflict(f"task {task_id} is {task['status']}; only a succeeded image or narration can be "
@@ -65,7 +66,7 @@ def regenerate(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: 
     task = _target(conn, task_id)
     cost = estimated_cost(cfg, task["kind"])
     if not accept_new_charge:
-        raise Conflict(NEEDS_CONSENT.format(kind="image" if task["kind"] == "image" else "narration", cost=cost),
+        raise Conflict(NEEDS_CONSENT.format(kind=kinds.get(task["kind"]).word, cost=cost),
                        code="new_charge_unconfirmed", details={"estimated_cost": cost})
     version = db.one(conn, "versions_get", {"content_id": task["content_id"], "version": task["version"]})
     nonce = secrets.token_hex(8)

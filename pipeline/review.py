@@ -20,7 +20,8 @@ from pipeline.core import lanes
 from pipeline.core.delivery import ApprovalBlocker, approval_blockers, delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.core.people import same_person
-from pipeline.core.states import TaskKind, TaskStatus, check_transition
+from pipeline.core import kinds
+from pipeline.core.states import TaskStatus, check_transition
 from pipeline.settings import Settings
 
 # Who an API key's holder acts as in the state machine (pipeline.core.states.TRANSITIONS).
@@ -247,5 +248,5 @@ def delivery(conn: psycopg.Connection, content_id: int) -> dict:
             raise Conflict(f"content {content_id} cannot be delivered yet: {', '.join(blockers.reasons)}{why}",
                            code="not_deliverable", details=blockers.as_dict())
         doc = bundle.manifest(conn, content_id, version)
-    package = next(t for t in rows if t["kind"] == TaskKind.BUNDLE)
+    package = next(t for t in rows if kinds.get(t["kind"]).completes_version)
     return {**doc, "approved": True, "bundle": {"sha256": package["asset_sha256"]}}

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from pipeline.core.errors import ConfigError
-from pipeline.core import prices
+from pipeline.core import kinds
 from pipeline.core.webhooks import networks as webhook_networks
 from providers import openai_models as catalogue
 from providers.registry import ProviderConfig
@@ -72,20 +72,15 @@ class ProviderSettings:
         return self.max_concurrency - self.reserved_slots
 
 
-# Each backend's own model, size and voice, used when the setting is empty.
-BACKEND_DEFAULTS = {
-    ("IMAGE", "local"): {"model": "local-card-v1", "size": "1024x1024"},
-    ("IMAGE", "openai"): {"model": catalogue.CURRENT_IMAGE, "size": "1024x1024"},
-    ("TTS", "local"): {"model": "espeak-ng-1.52"},
-    ("TTS", "openai"): {"model": catalogue.CURRENT_SPEECH, "voice": "alloy"},
-}
-# Options a provider kind takes, each with the values it accepts (None: any text).
-PROVIDER_OPTIONS = {
-    "IMAGE": {"quality": ("low", "medium", "high", "auto", "standard", "hd"),
-              "output_format": ("png", "jpeg", "webp"),
-              "background": ("transparent", "opaque", "auto")},
-    "TTS": {"instructions": None},
-}
+@dataclass(frozen=True)
+class KindSettings:
+    """What every kind has (<PREFIX>_ENABLED, _WORKERS, _INTERACTIVE_WORKERS) and a local kind's own options
+    (pipeline/core/kinds/)."""
+
+    enabled: bool = True
+    workers: int | None = None              # the Procfile's worker-<kind> pool; None: the kind's default
+    interactive_workers: int | None = None  # worker-<kind>-interactive; None: the kind's default
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,13 +147,7 @@ class Settings:
     recovery_scan_seconds: float = 5.0     # the dispatcher's scans of expired leases and lost messages; 0: off
     slot_wait_seconds: float = 60.0        # a wait for a call slot that nothing woke ends after this long
     reconcile_slot_seconds: int = 60       # `bin/reconcile --slot`: one run per slot of this length, on any machine
-    # worker pools and lanes (pipeline/core/lanes.py; docs/decisions.md, "Worker pools" and "Lanes")
-    image_workers: int | None = None       # the Procfile's worker-image pool (both lanes); None: the provider's
-    tts_workers: int | None = None         # concurrency less its interactive slots (worker-tts likewise)
-    bundle_workers: int = 1                # the worker-bundle pool
-    image_interactive_workers: int | None = None   # the worker-image-interactive pool (the interactive queue only);
-    tts_interactive_workers: int | None = None     # None: the provider's interactive slots, at least 1
-    bundle_interactive_workers: int = 1
+    # lanes (pipeline/core/lanes.py; docs/decisions.md, "Worker pools" and "Lanes"); the pools are in `kinds`
     bulk_queue_depth: int | None = None    # bulk messages waiting in RQ per kind; None: twice its concurrency
     # the bulk lane's images through the provider's Batch API (pipeline/batches.py; docs/providers.md)
     image_bulk_backend: str = "sync"       # "batch": bulk-lane images are gathered into Batch API jobs
@@ -185,8 +174,17 @@ class Settings:
     team_daily_spend: float | None = None  # what one team's keys together may book per UTC day
     budget_recheck_seconds: float = 60.0   # how often a task paused by a budget looks again
     tracing: bool = False                  # OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT set: traces (pipeline/tracing.py)
-    image: ProviderSettings = ProviderSettings(model="local-card-v1", size="1024x1024")
-    tts: ProviderSettings = ProviderSettings(model="espeak-ng-1.52", call_timeout=120.0, max_bytes=64 * 1024 * 1024)
+    # per kind (pipeline/core/kinds/): a paid kind's provider (IMAGE_*, TTS_*), and every kind's pools and options
+    providers: Mapping[str, ProviderSettings] = field(default_factory=lambda: {
+        kind.name: ProviderSettings(**kind.provider_defaults) for kind in kinds.paid()})
+    kinds: Mapping[str, KindSettings] = field(default_factory=lambda: {
+        kind.name: KindSettings(kind.enabled_by_default, options={n: d for n, (_, d) in kind.options.items()})
+        for kind in kinds.every()})
+    kinds_from: tuple[str, ...] = ()       # KINDS_FROM: modules of a deployment's own kinds
+
+    def on(self, kind: str) -> bool:
+        """Whether a kind's tasks are planned (<PREFIX>_ENABLED)."""
+        return kind in self.kinds and self.kinds[kind].enabled
     storage: StorageSettings = StorageSettings()
     webhooks: WebhookSettings = WebhookSettings()
 
@@ -286,7 +284,8 @@ def _text(raw: str) -> str:
     return raw
 
 
-def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings, today: date) -> ProviderSettings:
+def _provider(env: Mapping[str, str], kind: kinds.Kind, default: ProviderSettings, today: date) -> ProviderSettings:
+    prefix = kind.prefix
     spec = {
         "backend": ("PROVIDER", _choice(f"{prefix}_PROVIDER", ("local", "openai"))),
         "base_url": ("BASE_URL", _base_url(f"{prefix}_BASE_URL")),
@@ -307,12 +306,12 @@ def _provider(env: Mapping[str, str], prefix: str, default: ProviderSettings, to
     }
     values = _read(env, {k: (f"{prefix}_{suffix}", parse) for k, (suffix, parse) in spec.items()})
     backend = values.get("backend", default.backend)
-    chosen = {"model": "", "size": "", "voice": "", **BACKEND_DEFAULTS[(prefix, backend)]}
-    values = {**chosen, **values, "options": _options(env, prefix)}
+    chosen = {"model": "", "size": "", "voice": "", **kind.backend_defaults.get(backend, {})}
+    values = {**chosen, **values, "options": _options(env, prefix, kind.provider_options)}
     if "cost_per_call" in values:
         values["priced_by"] = f"{prefix}_COST_PER_CALL"
     elif backend in PAID_BACKENDS:
-        values.update(cost_per_call=_table_price(prefix, values), priced_by="table")
+        values.update(cost_per_call=_table_price(kind, default, values), priced_by="table")
     result = ProviderSettings(**{**default.__dict__, **values})
     if result.bulk_slots < 1:
         raise ConfigError(f"{prefix}_INTERACTIVE_SLOTS={result.reserved_slots} leaves the bulk lane no call slot of "
@@ -342,12 +341,11 @@ def _check_model(prefix: str, p: ProviderSettings, today: date) -> None:
         raise ConfigError(why)
 
 
-def _table_price(prefix: str, values: dict) -> float:
-    """The published price of one call of the configured model (speech: of 1,000 characters); 0 when unknown."""
-    if prefix == "IMAGE":
-        quality = dict(values.get("options") or ()).get("quality")
-        return prices.image_estimate(values.get("model", ""), values.get("size", ""), quality) or 0.0
-    return prices.speech_estimate(values.get("model", ""), 1000) or 0.0
+def _table_price(kind: kinds.Kind, default: ProviderSettings, values: dict) -> float:
+    """The published price of one call of the configured model (of the kind's `probe` input: speech prices 1,000
+    characters); 0 when unknown."""
+    p = ProviderSettings(**{**default.__dict__, **values})
+    return kind.estimate(p, dict(kind.probe), False) or 0.0
 
 
 PAID_BACKENDS = ("openai",)   # providers that charge for a call: they never start without a spend cap
@@ -363,9 +361,9 @@ def _budget(name: str) -> Callable[[str], float | None]:
     return parse
 
 
-def _options(env: Mapping[str, str], prefix: str) -> tuple[tuple[str, str], ...]:
+def _options(env: Mapping[str, str], prefix: str, taken: Mapping) -> tuple[tuple[str, str], ...]:
     found = []
-    for option, allowed in PROVIDER_OPTIONS[prefix].items():
+    for option, allowed in taken.items():
         name, raw = f"{prefix}_{option.upper()}", env.get(f"{prefix}_{option.upper()}", "")
         if raw and allowed is not None and raw not in allowed:
             raise ConfigError(f"{name}={raw!r} is not supported; expected one of: {', '.join(allowed)}")
@@ -466,6 +464,38 @@ def _tracing(env: Mapping[str, str]) -> bool:
     return bool(endpoint and endpoint.strip()) and env.get("OTEL_SDK_DISABLED", "").strip().lower() != "true"
 
 
+def _kinds_from(raw: str) -> tuple[str, ...]:
+    """KINDS_FROM: modules, comma-separated, each with a `KIND` (pipeline/core/kinds/), registered beside ours."""
+    modules = tuple(m.strip() for m in raw.split(",") if m.strip())
+    try:
+        kinds.load(modules)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"KINDS_FROM={raw!r}: {exc}") from None
+    return modules
+
+
+def _kind(env: Mapping[str, str], kind: kinds.Kind) -> KindSettings:
+    """<PREFIX>_ENABLED, <PREFIX>_WORKERS, <PREFIX>_INTERACTIVE_WORKERS and the kind's own <PREFIX>_<OPTION>s."""
+    prefix = kind.prefix
+    values = _read(env, {"enabled": (f"{prefix}_ENABLED", _bool(f"{prefix}_ENABLED")),
+                         "workers": (f"{prefix}_WORKERS", _int(f"{prefix}_WORKERS", 1, 1000)),
+                         "interactive_workers": (f"{prefix}_INTERACTIVE_WORKERS",
+                                                 _int(f"{prefix}_INTERACTIVE_WORKERS", 1, 1000))})
+    if kind.paid and values.get("enabled") is False:
+        raise ConfigError(f"{prefix}_ENABLED=false: a block's {kind.medium} cannot be switched off (only a local "
+                          f"kind can)")
+    options = {}
+    for option, (parse, default) in kind.options.items():
+        name = f"{prefix}_{option.upper()}"
+        raw = env.get(name, "")
+        try:
+            options[option] = parse(raw) if raw.strip() else default
+        except ValueError as exc:
+            raise ConfigError(f"{name}={raw!r}: expected {exc}") from None
+    return KindSettings(values.get("enabled", kind.enabled_by_default), values.get("workers"),
+                        values.get("interactive_workers"), options)
+
+
 def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> Settings:
     """Build the settings from `env` (default: the process environment); `today` (default: the UTC date) decides
     which models the catalogue calls shut down."""
@@ -498,12 +528,6 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
         "recovery_scan_seconds": ("RECOVERY_SCAN_SECONDS", _float("RECOVERY_SCAN_SECONDS", 0, 3600)),
         "slot_wait_seconds": ("SLOT_WAIT_SECONDS", _float("SLOT_WAIT_SECONDS", 1, 3600)),
         "reconcile_slot_seconds": ("RECONCILE_SLOT_SECONDS", _int("RECONCILE_SLOT_SECONDS", 1, 86_400)),
-        "image_workers": ("IMAGE_WORKERS", _int("IMAGE_WORKERS", 1, 1000)),
-        "tts_workers": ("TTS_WORKERS", _int("TTS_WORKERS", 1, 1000)),
-        "bundle_workers": ("BUNDLE_WORKERS", _int("BUNDLE_WORKERS", 1, 1000)),
-        "image_interactive_workers": ("IMAGE_INTERACTIVE_WORKERS", _int("IMAGE_INTERACTIVE_WORKERS", 1, 1000)),
-        "tts_interactive_workers": ("TTS_INTERACTIVE_WORKERS", _int("TTS_INTERACTIVE_WORKERS", 1, 1000)),
-        "bundle_interactive_workers": ("BUNDLE_INTERACTIVE_WORKERS", _int("BUNDLE_INTERACTIVE_WORKERS", 1, 1000)),
         "bulk_queue_depth": ("BULK_QUEUE_DEPTH", _int("BULK_QUEUE_DEPTH", 1, 100_000)),
         "image_bulk_backend": ("IMAGE_BULK_BACKEND", _choice("IMAGE_BULK_BACKEND", ("sync", "batch"))),
         "image_batch_max_lines": ("IMAGE_BATCH_MAX_LINES", _int("IMAGE_BATCH_MAX_LINES", 1, 50_000)),
@@ -530,19 +554,21 @@ def load(env: Mapping[str, str] | None = None, *, today: date | None = None) -> 
         "budget_recheck_seconds": ("BUDGET_RECHECK_SECONDS", _float("BUDGET_RECHECK_SECONDS", 0.1, 86_400)),
     }
     values = _read(env, spec)
+    values["kinds_from"] = _kinds_from(env.get("KINDS_FROM", ""))
     base = Settings()
-    values["image"] = _provider(env, "IMAGE", base.image, today)
-    values["tts"] = _provider(env, "TTS", base.tts, today)
+    values["providers"] = {kind.name: _provider(env, kind, base.providers.get(kind.name) or ProviderSettings(
+        **kind.provider_defaults), today) for kind in kinds.paid()}
+    values["kinds"] = {kind.name: _kind(env, kind) for kind in kinds.every()}
     if "attempt_ceiling_seconds" not in values:   # long enough for the slowest call the providers allow
-        values["attempt_ceiling_seconds"] = max(values["image"].call_timeout, values["tts"].call_timeout) + 60
+        values["attempt_ceiling_seconds"] = max(p.call_timeout for p in values["providers"].values()) + 60
     values["storage"] = _storage(env)
     values["webhooks"] = _webhooks(env, values.get("port", base.port))
     values["tracing"] = _tracing(env)
     values.setdefault("allow_self_approval", values.get("demo_mode", False))   # the seed demo approves its own save
     settings = Settings(**values)
-    if settings.image_bulk_backend == "batch" and settings.image.backend != "openai":
+    if settings.image_bulk_backend == "batch" and settings.providers["image"].backend != "openai":
         raise ConfigError(f"IMAGE_BULK_BACKEND=batch sends bulk images through the OpenAI Batch API: it needs "
-                          f"IMAGE_PROVIDER=openai (it is {settings.image.backend})")
+                          f"IMAGE_PROVIDER=openai (it is {settings.providers['image'].backend})")
     if settings.heartbeat_seconds >= settings.lease_seconds:
         raise ConfigError(
             f"HEARTBEAT_SECONDS={settings.heartbeat_seconds} must be shorter than LEASE_SECONDS={settings.lease_seconds}, "

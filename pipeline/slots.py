@@ -19,7 +19,7 @@ from pipeline import db, spend
 from pipeline.core import prices
 from pipeline.core.errors import Busy, SlotsBusy
 from pipeline.core.records import Task
-from pipeline.core.states import MEDIA_KINDS, TaskKind
+from pipeline.core import kinds
 from pipeline.core.lanes import BULK, INTERACTIVE
 from pipeline.settings import ProviderSettings, Settings
 
@@ -48,15 +48,15 @@ def slots_of(provider_name: str, kind: str) -> str:
 
 def batched(cfg: Settings, task: Task) -> bool:
     """Whether the task's call goes into a Batch API job (IMAGE_BULK_BACKEND=batch, a bulk-lane image)."""
-    return cfg.image_bulk_backend == "batch" and task.kind == TaskKind.IMAGE and task.lane == BULK
+    return cfg.image_bulk_backend == "batch" and kinds.get(task.kind).batchable and task.lane == BULK
 
 
 def taken_in_claim(cfg: Settings, kind: str) -> bool:
     """Whether the claim itself takes the call's slot and rate token (`attempt_claim`): when the call needs nothing
     else, no booking (it costs nothing against a limit) and no look at the ledger (its key is not replayed)."""
-    p: ProviderSettings = getattr(cfg, kind)
+    p: ProviderSettings = cfg.providers[kind]
     return (p.priced_by != "table" and p.cost_per_call <= 0 and not p.honours_idempotency_key
-            and not (cfg.image_bulk_backend == "batch" and kind == TaskKind.IMAGE))
+            and not (cfg.image_bulk_backend == "batch" and kinds.get(kind).batchable))
 
 
 @dataclass
@@ -72,10 +72,10 @@ class SlotTable:
         rows itself."""
         if self._in_claim is None:
             calls = {}
-            for kind in MEDIA_KINDS:
+            for kind in kinds.paid_names():
                 if not taken_in_claim(cfg, kind):
                     continue
-                p: ProviderSettings = getattr(cfg, kind)
+                p: ProviderSettings = cfg.providers[kind]
                 calls[kind] = {"slots": slots_of(provider_name(kind), kind), "max": p.max_concurrency,
                                "bulk_max": p.bulk_slots, "rate": p.rate_per_minute, "hold_seconds": p.call_timeout + 30}
             self._in_claim, self._in_claim_json = calls, json.dumps(calls)
@@ -86,7 +86,7 @@ class SlotTable:
         took = self._in_claim[task.kind]
         if row["slot"] is not None:
             return Call(took["slots"], row["slot"], task.lease_token, took["bulk_max"])
-        return _refusal(took["slots"], getattr(cfg, task.kind), task.lane, row["slot_free"],
+        return _refusal(took["slots"], cfg.providers[task.kind], task.lane, row["slot_free"],
                              row["rate_seconds_left"], cfg.slot_wait_seconds)
 
     def hold(self, conn: psycopg.Connection, provider: str, p: ProviderSettings, book, *, kind: str,
@@ -125,7 +125,7 @@ def _refusal(provider: str, p: ProviderSettings, lane: str, slot_free: bool, sec
 def take(conn: psycopg.Connection, cfg: Settings, table: SlotTable, task: Task, provider: str) -> Call:
     """Take what the task's call needs, in the caller's transaction: a slot, a rate token and its booking; for a
     batch line only its booking (the batch price). SlotsBusy, Busy or BudgetReached: nothing was taken."""
-    p: ProviderSettings = getattr(cfg, task.kind)
+    p: ProviderSettings = cfg.providers[task.kind]
     if batched(cfg, task):
         with conn.transaction():   # a savepoint: a refused booking leaves the claim intact
             return Call(booking=spend.book(conn, provider, task.content_id, p, cfg.content_budget,

@@ -135,5 +135,4 @@ class _Provider:
 
 def _providers(cfg: Settings) -> list[_Provider]:
     # the ledger's names for the configured providers (registry names: local-image, openai-tts, ...)
-    return [_Provider(f"{cfg.image.backend}-image", cfg.image.daily_budget),
-            _Provider(f"{cfg.tts.backend}-tts", cfg.tts.daily_budget)]
+    return [_Provider(f"{p.backend}-{kind}", p.daily_budget) for kind, p in cfg.providers.items()]

@@ -31,7 +31,8 @@ from pipeline.core import policy
 from pipeline.core.errors import LeaseLost, WaitingForInput
 from pipeline.core.outcome import Outcome
 from pipeline.core.records import Asset, Task, clip
-from pipeline.core.states import UNFINISHED, TaskKind, TaskStatus, check_transition
+from pipeline.core import kinds
+from pipeline.core.states import UNFINISHED, TaskStatus, check_transition
 from pipeline.settings import Settings
 
 S = TaskStatus
@@ -133,7 +134,7 @@ def wait_for_input(conn: psycopg.Connection, task: Task, cfg: Settings, *, actor
 
 def release_input(conn: psycopg.Connection, task: Task) -> None:
     """Give up the hold on the task's input (nothing is in flight) and wake the tasks waiting for it."""
-    if task.kind == TaskKind.BUNDLE:
+    if not kinds.get(task.kind).shared:
         return
     with conn.transaction():
         _release_input_in(conn, task)
@@ -141,7 +142,7 @@ def release_input(conn: psycopg.Connection, task: Task) -> None:
 
 def _release_input_in(conn: psycopg.Connection, task: Task) -> None:
     """`release_input` in the caller's transaction (a savepoint would cost a transaction id of its own)."""
-    if task.kind != TaskKind.BUNDLE:
+    if kinds.get(task.kind).shared:
         db.execute(conn, "input_calls_release", {"fingerprint": task.fingerprint, "lease_token": task.lease_token})
 
 
@@ -194,7 +195,8 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     """
     check_transition(seen.status, outcome.to, seen.by)
     # the call is over; an unknown one keeps its input held
-    releasing = seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN and seen.kind != TaskKind.BUNDLE
+    releasing = (seen.by == "worker" and outcome.to is not TaskStatus.UNKNOWN
+                 and kinds.get(seen.kind).shared)
     with conn.pipeline():   # up to the move, one round trip: nothing before it needs an answer
         # the task and every other task this writes, locked in id order (dependents are released exactly once)
         db.execute(conn, "tasks_lock_settling", {"task_id": seen.task_id, "input_waiters": releasing,
@@ -214,7 +216,7 @@ def apply(conn: psycopg.Connection, seen: Seen, outcome: Outcome, *, actor: str)
     if outcome.to is TaskStatus.RETRY:
         db.execute(conn, "outbox_add", {"task_id": seen.task_id, "lane": None,   # the version's lane
                                         "available_at": outcome.available_at})
-    if outcome.code is decide.Reason.REFUSED and seen.kind != TaskKind.BUNDLE:
+    if outcome.code is decide.Reason.REFUSED and kinds.get(seen.kind).paid:
         db.execute(conn, "refused_inputs_add", {"fingerprint": seen.fingerprint, "task_id": seen.task_id,
                                                 "message": clip(outcome.reason)})
     if outcome.dead_letter:

@@ -20,9 +20,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from pipeline import db, dispatch, keyspend, tasks, tracing
-from pipeline.core import lanes
+from pipeline.core import kinds, lanes
 from pipeline.core.board import FINISHED, version_status
-from pipeline.core.content import (Draft, ProviderInfo, carry_regenerations, check_narratable, check_speakable,
+from pipeline.core.content import (Draft, carry_regenerations, check_narratable, check_speakable,
                                    plan_tasks, stamped)
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.core.teams import DEFAULT_TEAM
@@ -43,9 +43,20 @@ class Saved:
     lane: str = lanes.INTERACTIVE
 
 
-def provider_info(cfg: Settings) -> ProviderInfo:
-    return ProviderInfo(cfg.image.backend, cfg.image.model, cfg.image.size,
-                        cfg.tts.backend, cfg.tts.model, cfg.tts.voice, cfg.image.options, cfg.tts.options)
+def plan_setup(cfg: Settings) -> dict[str, dict]:
+    """What each kind that is on takes from the settings into its input (pipeline.core.content.plan_tasks): a paid
+    kind its provider's name, model, size, voice and the options set; a local kind its own options."""
+    setup = {}
+    for kind in kinds.every():
+        if not cfg.on(kind.name):
+            continue
+        if kind.paid:
+            p = cfg.providers[kind.name]
+            setup[kind.name] = {"provider": p.backend, "model": p.model, "size": p.size, "voice": p.voice,
+                                "options": p.options}
+        else:
+            setup[kind.name] = dict(cfg.kinds[kind.name].options)
+    return setup
 
 
 def _earlier_save(conn: psycopg.Connection, save_key: str | None, request_digest: str,
@@ -69,7 +80,7 @@ def _retry_after(conn: psycopg.Connection, excess: int) -> int:
 
 def speakable(cfg: Settings) -> tuple[str, ...]:
     """The languages (locale prefixes) the configured speech provider speaks; () when it reads any."""
-    return SPEECH_LOCALES.get(cfg.tts.backend, ())
+    return SPEECH_LOCALES.get(cfg.providers["tts"].backend, ())
 
 
 def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
@@ -96,7 +107,8 @@ def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, 
     """
     lane = lanes.parse_priority(lane)
     check_speakable(draft.locale, speakable(cfg))
-    speech = openai_models.speech_model(cfg.tts.model) if cfg.tts.backend == "openai" else None
+    tts = cfg.providers["tts"]
+    speech = openai_models.speech_model(tts.model) if tts.backend == "openai" else None
     if speech is not None:
         check_narratable(draft, lambda text: openai_models.speech_limit_refusal(speech, text))
     request_digest = draft.digest if content_id is None else f"{content_id}:{base_version}:{draft.digest}"
@@ -105,7 +117,7 @@ def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, 
     if content_id is not None and base_version is not None:   # regenerated media stay regenerated
         base = db.one(conn, "versions_get", {"content_id": content_id, "version": base_version})
         draft = carry_regenerations(draft, base["blocks"]) if base else draft
-    plan = plan_tasks(draft, provider_info(cfg))
+    plan = plan_tasks(draft, plan_setup(cfg))
     if len(plan) > lanes.admission_limit(cfg, lane):
         raise InvalidInput(f"this content needs {len(plan)} tasks but at most {lanes.admission_limit(cfg, lane)} "
                            f"can be pending{' for a bulk save' if lane == lanes.BULK else ''} (MAX_PENDING_TASKS); "
@@ -190,7 +202,7 @@ def _insert_tasks(conn, plan, content_id: int, number: int, version: dict, cfg: 
     deps = [(task.ref, dep) for task in plan for dep in task.depends_on]
     return db.execute(conn, "tasks_insert_version", {
         "content_id": content_id, "version": number, "max_attempts": cfg.max_attempts,
-        "deadline_at": version["deadline_at"], "kinds": [task.kind.value for task in plan],
+        "deadline_at": version["deadline_at"], "kinds": [task.kind for task in plan],
         "block_keys": [task.block_key for task in plan], "inputs": Jsonb([task.input for task in plan]),
         "fingerprints": [task.fingerprint for task in plan], "dep_refs": [d[0] for d in deps],
         "dep_on_refs": [d[1] for d in deps], "lane": version["lane"], "available_at": version["saved_at"],

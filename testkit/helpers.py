@@ -21,7 +21,7 @@ from pipeline import attempt, runtime, settings
 from pipeline.core.content import parse_draft
 from pipeline.core.errors import PipelineError
 from pipeline.db import connect
-from pipeline.core.lanes import ALL_QUEUES
+from pipeline.core.lanes import all_queues
 from pipeline.tasks import Asset, Task
 from receipts.media import MediaStore
 
@@ -29,7 +29,8 @@ from receipts.media import MediaStore
 def make_settings(database_url: str, redis_url: str, media_dir: Path, **env: str) -> settings.Settings:
     base = {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
             "LEASE_SECONDS": "5", "HEARTBEAT_SECONDS": "1", "BACKOFF_BASE_SECONDS": "0.2",
-            "BACKOFF_CAP_SECONDS": "1", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2"}
+            "BACKOFF_CAP_SECONDS": "1", "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2",
+            "VIDEO_ENABLED": "false"}   # the lesson video's own tests turn it on
     return settings.load({**base, **env})
 
 
@@ -142,13 +143,13 @@ def claim(cfg: settings.Settings, task_id: int, *, worker: str = "w", receipt_st
 _claimers: dict[tuple, runtime.Runtime] = {}
 
 
-def work_burst(rt: runtime.Runtime, queues=ALL_QUEUES) -> None:
+def work_burst(rt: runtime.Runtime, queues=None) -> None:
     """Drain the queues (both lanes, interactive first) with our worker class (RQ's SimpleWorker) in this
     process, using `rt`."""
     from bin.worker import Worker
     runtime.install(rt)
     conn = redis.Redis.from_url(rt.settings.redis_url)
-    Worker([Queue(q, connection=conn) for q in queues], connection=conn).work(burst=True, logging_level="WARNING")
+    Worker([Queue(q, connection=conn) for q in queues or all_queues()], connection=conn).work(burst=True, logging_level="WARNING")
 
 
 def task_rows(database_url: str, content_id: int | None = None) -> list[dict]:

@@ -23,7 +23,7 @@ import requests
 
 from pipeline import keys, settings as settings_mod
 from pipeline.core import lanes
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 
@@ -129,7 +129,7 @@ class DevStack:
         return f"http://127.0.0.1:{self.port}"
 
     def worker_count(self) -> int:
-        return (sum(lanes.workers(self.cfg, kind) + lanes.interactive_workers(self.cfg, kind) for kind in KINDS)
+        return (sum(lanes.workers(self.cfg, kind) + lanes.interactive_workers(self.cfg, kind) for kind in kinds.names())
                 + self.cfg.webhooks.workers)
 
     def wait_ready(self, timeout: float = 90) -> None:

@@ -289,7 +289,8 @@ class Stack:
 
 
 def system_env(database_url: str, redis_url: str, media_dir: Path, provider_url: str) -> dict[str, str]:
-    """The settings of a fault-test system: short leases and backoff, both providers at the fake's URL."""
+    """The settings of a fault-test system: short leases and backoff, both providers at the fake's URL, no lesson
+    video (local work after the paid calls; its own tests turn it on)."""
     return {"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEDIA_DIR": str(media_dir),
             "SECRET_KEY": "test-only-secret-key-0123456789abcdefghij",
             "LEASE_SECONDS": "3", "HEARTBEAT_SECONDS": "0.5", "BACKOFF_BASE_SECONDS": "0.1",
@@ -298,7 +299,7 @@ def system_env(database_url: str, redis_url: str, media_dir: Path, provider_url:
             "IMAGE_DAILY_BUDGET": "unlimited", "IMAGE_READ_TIMEOUT": "2", "IMAGE_CONNECT_TIMEOUT": "1",
             "TTS_PROVIDER": "openai", "TTS_BASE_URL": provider_url, "TTS_API_KEY": "sk-test-tts",
             "TTS_DAILY_BUDGET": "unlimited", "TTS_VOICE": "alloy", "TTS_READ_TIMEOUT": "2",
-            "TTS_CONNECT_TIMEOUT": "1"}
+            "TTS_CONNECT_TIMEOUT": "1", "VIDEO_ENABLED": "false"}
 
 
 def start_stack(system: System, redis_dir: Path, owner: str = "editor-0", **env: str) -> Stack:

@@ -19,7 +19,7 @@ from werkzeug.serving import make_server
 from bin.embedded import free_port
 from pipeline import dispatch, keys, runtime
 from pipeline.db import connect
-from pipeline.core.lanes import ALL_QUEUES
+from pipeline.core.lanes import all_queues
 from receipts.media import MediaStore
 from testkit.helpers import ControlledExecutor, lesson, work_burst
 from web import create_app
@@ -28,7 +28,8 @@ from web.db import close_pool
 TEST_SECRET = "test-only-secret-key-0123456789abcdefghij"
 TEST_ENV = {"SECRET_KEY": TEST_SECRET, "DEMO_MODE": "true", "LEASE_SECONDS": "5",
             "HEARTBEAT_SECONDS": "1", "BACKOFF_BASE_SECONDS": "0.2", "BACKOFF_CAP_SECONDS": "1",
-            "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2"}
+            "DISPATCH_CLAIM_SECONDS": "2", "LOST_DISPATCH_SECONDS": "2",
+            "VIDEO_ENABLED": "false"}   # the lesson video's own tests turn it on
 
 
 _APPS: list = []   # apps made by the running test, whose connection pools close when it ends
@@ -168,7 +169,7 @@ class Work:
     def until_idle(self, rounds: int = 5) -> None:
         """Send what is due and run it, until nothing is due (a retry waits for its time)."""
         for _ in range(rounds):
-            queued = sum(len(Queue(q, connection=self.rt.redis)) for q in ALL_QUEUES)
+            queued = sum(len(Queue(q, connection=self.rt.redis)) for q in all_queues())
             if not self.send() and not queued:
                 return
             work_burst(self.rt)

@@ -10,7 +10,7 @@ from flask_babel import gettext, ngettext
 from pipeline import attention, pauses
 from pipeline.core.errors import Conflict, InvalidInput
 from pipeline.core.records import MAX_NOTE
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 from web import inputs
 from web.auth import require
 from web.db import get_conn, settings
@@ -87,7 +87,7 @@ def attention_page():
     except InvalidInput as exc:
         flash(refusal(gettext("Filter ignored"), exc), "error")
         doc = attention.tasks(get_conn(), team=g.user.scope, limit=limit, offset=offset)
-    return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=KINDS,
+    return render_template("attention.html", a=doc, problems=attention.PROBLEMS, kinds=kinds.names(),
                            lane=pauses.state(get_conn()))
 
 

@@ -15,7 +15,7 @@ from pipeline import demo, overview, review, versions
 from pipeline.core import lanes
 from pipeline.core.content import LIMITS, MAX_BLOCKS, download_name, parse_draft
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
-from pipeline.core.states import MEDIA_KINDS
+from pipeline.core import kinds
 from pipeline.log import log
 from web import inputs
 from web.auth import require
@@ -223,7 +223,7 @@ def form_draft(form: MultiDict) -> dict:
 
 def reuse_summary(board: dict) -> str:
     """What a save will make anew and what it reuses, by block, in words."""
-    media = [t for t in board["tasks"] if t["kind"] in MEDIA_KINDS]
+    media = [t for t in board["tasks"] if kinds.get(t["kind"]).per_block]
     reused = [t for t in media if t["reusable"]]
     fresh_blocks = sorted({t["block"] for t in media if not t["reusable"]})
     reused_blocks = sorted({t["block"] for t in reused} - set(fresh_blocks))

@@ -24,7 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from pipeline import drift, overview, servers
 from pipeline.core.lanes import LANES
-from pipeline.core.states import TaskKind, TaskStatus
+from pipeline.core import kinds
+from pipeline.core.states import TaskStatus
 from web.db import get_conn, get_redis, settings
 from web.errors import Problem
 from web.security import bearer_matches, direct_loopback
@@ -66,8 +67,8 @@ class DatabaseCollector:
                                   labels=["status", "kind"])
         counts = {(r["status"], r["kind"]): r["n"] for r in self.reading["tasks"]}
         for status in GAUGED_STATUSES:
-            for kind in TaskKind:  # zeros too, so a series never vanishes when its last task moves on
-                tasks.add_metric([status.value, kind.value], counts.get((status.value, kind.value), 0))
+            for kind in kinds.names():  # zeros too, so a series never vanishes when its last task moves on
+                tasks.add_metric([status.value, kind], counts.get((status.value, kind), 0))
         yield tasks
         snapshot = self.reading["snapshot"]
         for key, (name, doc) in SNAPSHOT_GAUGES.items():

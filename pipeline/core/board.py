@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from pipeline.core.states import MEDIA_KINDS, TERMINAL, TaskStatus
+from pipeline.core import kinds
+from pipeline.core.states import TERMINAL, TaskStatus
 
 WAITING = frozenset({TaskStatus.READY.value, TaskStatus.RETRY.value})
 STATUS_ORDER = [s.value for s in TaskStatus]
@@ -35,8 +36,8 @@ def version_status(tasks: Iterable[tuple[str, str]], cancel_requested: bool = Fa
     media is blocked, not in progress.
     """
     tasks = list(tasks)
-    media = Counter(status for kind, status in tasks if kind in MEDIA_KINDS)
-    bundle = Counter(status for kind, status in tasks if kind not in MEDIA_KINDS)
+    media = Counter(status for kind, status in tasks if not kinds.get(kind).completes_version)
+    bundle = Counter(status for kind, status in tasks if kinds.get(kind).completes_version)
     pending = ("ready", "running", "retry")
     media_done = not any(media.get(s) for s in (*pending, "unknown", "failed", "cancelled", "superseded"))
     if any(media.get(s) for s in pending) or any(bundle.get(s) for s in ("running", "retry")) \

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from pipeline.core.ledger import dollars
-from pipeline.core.states import MEDIA_KINDS, MEDIUM
+from pipeline.core import kinds
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _media_row(key: str, kind: str, old: dict | None, new: dict | None) -> dict:
     regenerated = bool(new and (new.get("input") or {}).get("regeneration")
                        and (old is None or (old.get("input") or {}).get("regeneration")
                             != (new.get("input") or {}).get("regeneration")))
-    return {"block": key, "kind": kind, "medium": MEDIUM[kind], "change": change, "regenerated": regenerated,
+    return {"block": key, "kind": kind, "medium": kinds.get(kind).medium, "change": change, "regenerated": regenerated,
             "from": _media_side(old), "to": _media_side(new)}
 
 
@@ -183,7 +183,7 @@ def compare(old: Side, new: Side) -> dict:
             row["prompt_diff"] = text_diff(before.get("image_prompt") or "", after.get("image_prompt") or "",
                                            new.locale)
         blocks.append(row)
-        for kind in MEDIA_KINDS:
+        for kind in (k.name for k in kinds.media()):
             if (kind, key) in old_tasks or (kind, key) in new_tasks:
                 media.append(_media_row(key, kind, old_tasks.get((kind, key)), new_tasks.get((kind, key))))
     counts = {c: sum(1 for b in blocks if b["change"] == c) for c in ("added", "removed", "changed", "unchanged")}

@@ -2,8 +2,8 @@
 
 A content item has a title, a locale, an optional theme and an ordered list of
 blocks (`key`, `text`, optional `image_prompt`). Every block gets an illustration
-(its image prompt, or its text when it has none) and a narration of its text;
-one `bundle` task per version depends on all of them.
+(its image prompt, or its text when it has none) and a narration of its text; the
+version's video and its bundle wait for them (the kinds: pipeline/core/kinds/).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from pipeline.core.errors import InvalidInput
 from pipeline.core.fingerprint import digest
-from pipeline.core.states import MEDIUM, TaskKind
+from pipeline.core import kinds
 
 MAX_BLOCKS = 100
 MAX_TEXT = 2000
@@ -116,60 +116,54 @@ def parse_draft(body: Any) -> Draft:
 
 
 @dataclass(frozen=True)
-class ProviderInfo:
-    """What the fingerprint must capture about the provider that will do the work."""
-
-    image_provider: str
-    image_model: str
-    image_size: str
-    tts_provider: str
-    tts_model: str
-    tts_voice: str
-    image_options: tuple[tuple[str, str], ...] = ()   # only options that are set, so
-    tts_options: tuple[tuple[str, str], ...] = ()     # fingerprints without them stay as they were
-
-
-@dataclass(frozen=True)
 class PlannedTask:
-    kind: TaskKind
+    kind: str
     block_key: str | None
     input: dict
     fingerprint: str
-    depends_on: tuple[str, ...] = field(default=())   # block keys/kinds, as "kind:key"
+    depends_on: tuple[str, ...] = field(default=())   # the refs ("kind:key") of the tasks it waits for
 
     @property
     def ref(self) -> str:
-        return f"{self.kind.value}:{self.block_key or ''}"
+        return f"{self.kind}:{self.block_key or ''}"
+
+    @property
+    def medium(self) -> str:
+        return kinds.get(self.kind).medium
+
+    @property
+    def delivered(self) -> bool:
+        return kinds.get(self.kind).delivered
 
 
-def plan_tasks(draft: Draft, providers: ProviderInfo) -> list[PlannedTask]:
-    """The tasks of a version: image and speech per block, then a bundle depending on them all."""
-    media: list[PlannedTask] = []
-    for block in draft.blocks:
-        image = {"kind": MEDIUM[TaskKind.IMAGE], "provider": providers.image_provider, "model": providers.image_model,
-                 "size": providers.image_size, "prompt": block.image_prompt or block.text, "theme": draft.theme}
-        speech = {"kind": MEDIUM[TaskKind.TTS], "provider": providers.tts_provider, "model": providers.tts_model,
-                  "voice": providers.tts_voice, "locale": draft.locale, "text": block.text}
-        for data, kind in ((image, "image"), (speech, "tts")):
-            if block.nonce(kind):
-                data["regeneration"] = block.nonce(kind)
-        if providers.image_options:
-            image["options"] = dict(providers.image_options)
-        if providers.tts_options:
-            speech["options"] = dict(providers.tts_options)
-        media.append(PlannedTask(TaskKind.IMAGE, block.key, image, digest(image)))
-        media.append(PlannedTask(TaskKind.TTS, block.key, speech, digest(speech)))
-    by_ref = {t.ref: t for t in media}
-    bundle = {"kind": "bundle", "title": draft.title, "locale": draft.locale,
-              "blocks": [{"key": b.key, "text": b.text,
-                          **{medium: by_ref[f"{kind}:{b.key}"].fingerprint for kind, medium in MEDIUM.items()}}
-                         for b in draft.blocks]}
-    return media + [PlannedTask(TaskKind.BUNDLE, None, bundle, digest(bundle), tuple(t.ref for t in media))]
+def plan_tasks(draft: Draft, setup: Mapping[str, Mapping]) -> list[PlannedTask]:
+    """The tasks of a version, kind by kind (each after the kinds it waits for): a task per block of each per-block
+    kind, one of each version-wide kind. `setup`: per kind, what its input takes from the settings (a provider's
+    name, model, size, voice and options set; a local kind's options); a kind absent from it is off."""
+    planned: dict[str, PlannedTask] = {}
+    for kind in kinds.every():
+        if kind.name not in setup:
+            continue
+        if kind.completes_version:
+            waits = tuple(planned)
+        else:
+            waits = tuple(ref for ref, t in planned.items() if t.kind in kind.needs)
+        for block in draft.blocks if kind.per_block else (None,):
+            data = kind.plan(setup[kind.name], draft, block, planned)
+            if data is None:
+                continue
+            task = PlannedTask(kind.name, block.key if block else None, data, digest(data), waits)
+            planned[task.ref] = task
+    order = {kind.name: i for i, kind in enumerate(kinds.every())}
+    place = {block.key: i for i, block in enumerate(draft.blocks)}
+    # block by block, then the version's own, each in the kinds' order (the tasks' ids follow it)
+    return sorted(planned.values(), key=lambda t: (t.block_key is None, place.get(t.block_key, 0), order[t.kind]))
 
 
 def stamped(task: PlannedTask, content_id: int, version: int) -> PlannedTask:
-    """The task as saved: a bundle's zip names its content and version, so its fingerprint covers them too."""
-    if task.kind is not TaskKind.BUNDLE:
+    """The task as saved: a stamped kind's input (the bundle's zip) names its content and version, so its
+    fingerprint covers them too."""
+    if not kinds.get(task.kind).stamped:
         return task
     data = {**task.input, "content_id": content_id, "version": version}
     return PlannedTask(task.kind, task.block_key, data, digest(data), task.depends_on)

@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pipeline.core.states import MEDIA_KINDS, PENDING, TaskStatus
+from pipeline.core import kinds
+from pipeline.core.states import PENDING, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,12 @@ def approval_blockers(tasks: Iterable[dict], *, version: int,
     """Why a reviewer cannot approve `version` now; empty when they can. Pure.
 
     A version older than the approved one is never approved again; a version is approved only when every
-    image and narration of it has succeeded (the bundle is made after approval)."""
+    task of it but the bundle has succeeded (its images, narrations and video)."""
     blockers = []
     if approved_version is not None and version < approved_version:
         blockers.append(ApprovalBlocker("older_than_approved", approved_version=approved_version))
-    waiting = tuple(t for t in tasks if t["kind"] in MEDIA_KINDS and t["status"] != TaskStatus.SUCCEEDED.value)
+    waiting = tuple(t for t in tasks if not kinds.get(t["kind"]).completes_version
+                    and t["status"] != TaskStatus.SUCCEEDED.value)
     if waiting:
         blockers.append(ApprovalBlocker("version_incomplete", waiting=waiting))
     return blockers

@@ -1,8 +1,8 @@
 """Lanes and worker pools: which RQ queue a message goes to, and how many workers listen.
 
 Every save is `interactive` (an editor waits for it) unless its request says
-`"priority": "bulk"` (an import). Each task kind has one RQ queue per lane: `image`
-and `image-bulk`, `tts` and `tts-bulk`, `bundle` and `bundle-bulk`. Each kind has two
+`"priority": "bulk"` (an import). Each task kind (pipeline/core/kinds/) has one RQ queue per
+lane: `image` and `image-bulk`, `tts` and `tts-bulk`, and so on. Each kind has two
 worker pools: one listens to both queues, interactive first (RQ takes from the first
 non-empty queue in the order given), so interactive work never waits behind queued
 bulk work; the other listens to the interactive queue only, and the bulk lane may not
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.core.errors import InvalidInput
-from pipeline.core.states import KINDS, TaskKind
+from pipeline.core import kinds
 
 INTERACTIVE, BULK = LANES = ("interactive", "bulk")
 MOST_PER_MESSAGE = 8    # task ids one message may carry (a worker refuses a message with more)
@@ -34,7 +34,7 @@ WAITING_PER_WORKER = 4  # messages a queue keeps waiting for each of its workers
 
 def queue_name(kind: str, lane: str = INTERACTIVE) -> str:
     """The RQ queue of one kind in one lane. The interactive queue keeps the kind's plain name."""
-    if kind not in KINDS or lane not in LANES:
+    if kind not in kinds.names() or lane not in LANES:
         raise ValueError(f"no queue for kind {kind!r} in lane {lane!r}")
     return kind if lane == INTERACTIVE else f"{kind}-bulk"
 
@@ -55,7 +55,8 @@ def worker_queues(kind: str) -> list[str]:
     return [queue_name(kind, lane) for lane in LANES]
 
 
-ALL_QUEUES = tuple(queue_name(kind, lane) for lane in LANES for kind in KINDS)
+def all_queues() -> tuple[str, ...]:
+    return tuple(queue_name(kind, lane) for lane in LANES for kind in kinds.names())
 
 
 def parse_priority(value: Any) -> str:
@@ -68,28 +69,26 @@ def parse_priority(value: Any) -> str:
 
 def workers(cfg: "Settings", kind: str) -> int:
     """Worker processes of one kind on one machine that listen to both lanes (the Procfile's `-n` of
-    worker-<kind>, printed by bin/workers): by default the provider's concurrency less the interactive
-    pool, at least one, so the two pools together have one worker per call slot and none of them waits
-    for a slot it could not take."""
-    if kind == TaskKind.IMAGE:
-        return cfg.image_workers or max(1, cfg.image.max_concurrency - interactive_workers(cfg, kind))
-    if kind == TaskKind.TTS:
-        return cfg.tts_workers or max(1, cfg.tts.max_concurrency - interactive_workers(cfg, kind))
-    if kind == TaskKind.BUNDLE:
-        return cfg.bundle_workers
-    raise ValueError(f"unknown kind {kind!r}")
+    worker-<kind>, printed by bin/workers): <PREFIX>_WORKERS, or for a paid kind by default the provider's
+    concurrency less the interactive pool, at least one, so the two pools together have one worker per call
+    slot and none of them waits for a slot it could not take; for local work, the kind's own default."""
+    found = kinds.get(kind)
+    if cfg.kinds[kind].workers:
+        return cfg.kinds[kind].workers
+    if found.paid:
+        return max(1, cfg.providers[kind].max_concurrency - interactive_workers(cfg, kind))
+    return found.workers
 
 
 def interactive_workers(cfg: "Settings", kind: str) -> int:
     """Worker processes of one kind on one machine that listen to the interactive queue only (the
     Procfile's worker-<kind>-interactive): by default one per reserved call slot, at least one."""
-    if kind == TaskKind.IMAGE:
-        return cfg.image_interactive_workers or max(1, cfg.image.reserved_slots)
-    if kind == TaskKind.TTS:
-        return cfg.tts_interactive_workers or max(1, cfg.tts.reserved_slots)
-    if kind == TaskKind.BUNDLE:
-        return cfg.bundle_interactive_workers
-    raise ValueError(f"unknown kind {kind!r}")
+    found = kinds.get(kind)
+    if cfg.kinds[kind].interactive_workers:
+        return cfg.kinds[kind].interactive_workers
+    if found.paid:
+        return max(1, cfg.providers[kind].reserved_slots)
+    return found.interactive_workers
 
 
 def bulk_depth(cfg: "Settings", kind: str) -> int:
@@ -97,15 +96,12 @@ def bulk_depth(cfg: "Settings", kind: str) -> int:
     between two refills, few enough that a content arriving later gets its turn soon."""
     if cfg.bulk_queue_depth:
         return cfg.bulk_queue_depth
-    concurrency = {TaskKind.IMAGE: cfg.image.max_concurrency, TaskKind.TTS: cfg.tts.max_concurrency,
-                   TaskKind.BUNDLE: cfg.bundle_workers}
-    if kind not in concurrency:
-        raise ValueError(f"unknown kind {kind!r}")
-    return 2 * concurrency[kind]
+    found = kinds.get(kind)
+    return 2 * (cfg.providers[kind].max_concurrency if found.paid else workers(cfg, kind))
 
 
 def bulk_depths(cfg: "Settings") -> dict[str, int]:
-    return {kind: bulk_depth(cfg, kind) for kind in KINDS}
+    return {kind: bulk_depth(cfg, kind) for kind in kinds.names()}
 
 
 BATCH_WINDOW_SECONDS = 24 * 3600   # the Batch API's completion window ("24h", the only one it takes)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from pipeline.core import kinds
 from providers import openai_models as catalogue
 
 PUBLISHED = catalogue.READ_ON
@@ -85,12 +86,7 @@ def estimate(p: Priced, kind: str, data: dict, *, batch: bool = False) -> float:
     line), else the price table's figure for the input's model, size and quality (speech: its length)."""
     if p.priced_by != "table":
         return round(p.cost_per_call * (BATCH_DISCOUNT if batch else 1.0), 6)
-    model = data.get("model") or p.model
-    if kind == "image":
-        quality = (data.get("options") or {}).get("quality") or dict(p.options).get("quality")
-        cost = image_estimate(model, data.get("size") or p.size, quality, batch=batch)
-    else:
-        cost = speech_estimate(model, len(data.get("text", "")), batch=batch)
+    cost = kinds.get(kind).estimate(p, data, batch)
     return p.cost_per_call if cost is None else cost
 
 
@@ -99,7 +95,4 @@ def reported(p: Priced, kind: str, data: dict, metadata: dict, *, batch: bool = 
     or the cost is set by *_COST_PER_CALL)."""
     if p.priced_by != "table":
         return None
-    model = data.get("model") or p.model
-    if kind == "image":
-        return image_reported(model, metadata.get("usage"), batch=batch)
-    return speech_reported(model, len(data.get("text", "")), metadata.get("duration_ms"))
+    return kinds.get(kind).reported(p, data, metadata, batch)

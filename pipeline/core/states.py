@@ -1,4 +1,4 @@
-"""The task state machine as data: statuses, kinds, and the allowed transitions.
+"""The task state machine as data: statuses and the allowed transitions (the kinds: pipeline/core/kinds/).
 
 Pure: no I/O. The PostgreSQL enums in schema/ must list the same values (a test checks).
 """
@@ -20,18 +20,6 @@ class TaskStatus(str, Enum):
     SUPERSEDED = "superseded"
     CANCELLED = "cancelled"
 
-
-class TaskKind(str, Enum):
-    IMAGE = "image"
-    TTS = "tts"
-    BUNDLE = "bundle"
-
-
-KINDS = tuple(kind.value for kind in TaskKind)              # every task kind, as the API and queues name it
-MEDIA_KINDS = (TaskKind.IMAGE.value, TaskKind.TTS.value)    # the kinds that call a provider
-# each media kind's medium: the providers' kind, the `kind` hashed into its input, its key in a block's board and
-# delivery (docs/decisions.md, "The narration keeps its three names, each where it is stored, hashed or shown")
-MEDIUM = {TaskKind.IMAGE.value: "image", TaskKind.TTS.value: "audio"}
 
 S = TaskStatus
 TERMINAL = frozenset({S.FAILED, S.SUCCEEDED, S.SUPERSEDED, S.CANCELLED})

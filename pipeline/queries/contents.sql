@@ -11,8 +11,9 @@ SELECT * FROM contents WHERE id = %(content_id)s FOR UPDATE;
 UPDATE contents c SET approved_version = %(version)s, updated_at = now()
 WHERE c.id = %(content_id)s AND %(version)s <= c.current_version
   AND (c.approved_version IS NULL OR c.approved_version <= %(version)s)
-  AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.content_id = c.id AND t.version = %(version)s
-                  AND t.kind <> 'bundle' AND t.status <> 'succeeded')
+  AND NOT EXISTS (SELECT 1 FROM tasks t JOIN task_kinds k ON k.name = t.kind
+                  WHERE t.content_id = c.id AND t.version = %(version)s
+                  AND NOT k.completes_version AND t.status <> 'succeeded')
 RETURNING c.id AS content_id, %(version)s::integer AS version, now() AS approved_at;
 
 -- versions_by_save_key: the version an earlier save of this API key with this Idempotency-Key created

@@ -28,9 +28,9 @@ SELECT pg_advisory_xact_lock(7411004);
 SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = %(key_hash)s) AS known;
 
 -- key_spend_book: book the estimated cost of the paid calls an action of this key may cause (its tasks whose input
--- has no stored asset) against the key's and each content's team's daily limits (book_spend, schema/0026_teams.sql);
+-- has no stored asset) against the key's and each content's team's daily limits (book_spend, schema/functions/book_spend.sql; `costs`: a call's estimate by kind);
 -- MPK03 when the key's is passed, MPK04 when a team's is
 SELECT book_spend(%(key_id)s::bigint, %(content_id)s::bigint, %(version)s::integer, %(task_ids)s::bigint[],
-                  %(image_cost)s::numeric, %(tts_cost)s::numeric, %(limit)s::numeric, %(team_limit)s::numeric)
+                  %(costs)s::jsonb, %(limit)s::numeric, %(team_limit)s::numeric)
        AS booked;
 

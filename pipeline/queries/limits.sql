@@ -6,7 +6,7 @@ SELECT provider_slots_ensure(%(provider)s, %(max)s);
 -- provider_slot_and_rate_take: hold a free slot among the first `max` and count one call in this minute's window,
 -- both or neither, for the attempt whose lease token is `holder` (schema: provider_slot_and_rate_take, which says
 -- how the lanes share the slots)
-SELECT * FROM provider_slot_and_rate_take(%(provider)s, %(max)s, %(top_first)s, %(kind)s::task_kind, %(holder)s,
+SELECT * FROM provider_slot_and_rate_take(%(provider)s, %(max)s, %(top_first)s, %(kind)s::text, %(holder)s,
                                           %(limit)s, %(hold_seconds)s);
 
 -- provider_slots_release: give a slot back, only if we still hold it (then provider_slots_wake)

@@ -65,7 +65,7 @@ SELECT pg_try_advisory_lock(7411004) AS locked;
 -- outbox_bulk_unlock: release the bulk lane's metering lock
 SELECT pg_advisory_unlock(7411004);
 
--- outbox_claim_bulk: due bulk rows, teams and then contents taking turns, at most room_<kind> rows per kind:
+-- outbox_claim_bulk: due bulk rows, teams and then contents taking turns, at most room[kind] rows per kind (0 for a kind it leaves out):
 -- each content's oldest row of a kind first, among a team's contents the one whose bulk message of that kind was
 -- sent longest ago (or never) first, and among teams likewise the one served longest ago; so a content that
 -- arrives behind a big import is served at the next free place, and one team's imports cannot starve another's
@@ -97,8 +97,7 @@ FROM (
         FROM team_turns
     )
     SELECT id FROM placed
-    WHERE place <= CASE queue WHEN 'image' THEN %(room_image)s WHEN 'tts' THEN %(room_tts)s
-                              ELSE %(room_bundle)s END
+    WHERE place <= coalesce((%(room)s::jsonb ->> queue::text)::int, 0)
 ) picked
 WHERE o.id = picked.id AND o.sent_at IS NULL AND (o.claim_until IS NULL OR o.claim_until < now())
 RETURNING o.id, o.task_id, o.queue, o.lane, o.send_attempts;

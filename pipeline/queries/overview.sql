@@ -56,8 +56,8 @@ SELECT t.id, t.kind::text AS kind, t.block_key, t.status::text AS status, t.fing
        coalesce(sum(p.cost), 0)::float AS cost,
        count(p.id) FILTER (WHERE call_may_have_charged(p.outcome)) AS paid_calls,
        coalesce(bool_or(p.outcome = 'reused'), false) AS reused
-FROM tasks t LEFT JOIN provider_calls p ON p.task_id = t.id
-WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND t.kind <> 'bundle'
+FROM tasks t JOIN task_kinds k ON k.name = t.kind LEFT JOIN provider_calls p ON p.task_id = t.id
+WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND NOT k.completes_version
 GROUP BY t.id ORDER BY t.id;
 
 -- attention_tasks: tasks that need a person (the view tasks_needing_attention), of a team (NULL: all), filtered,

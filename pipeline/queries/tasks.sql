@@ -6,7 +6,7 @@
 -- claimed by the writing transaction itself (the fast path sends them after its commit).
 WITH added AS (
     INSERT INTO tasks (content_id, version, kind, block_key, input, fingerprint, max_attempts, deadline_at)
-    SELECT %(content_id)s, %(version)s, x.kind::task_kind, x.block_key, i.input, x.fingerprint, %(max_attempts)s,
+    SELECT %(content_id)s, %(version)s, x.kind, x.block_key, i.input, x.fingerprint, %(max_attempts)s,
            %(deadline_at)s
     FROM unnest(%(kinds)s::text[], %(block_keys)s::text[], %(fingerprints)s::text[])
          WITH ORDINALITY AS x(kind, block_key, fingerprint, n)
@@ -35,8 +35,8 @@ SELECT * FROM tasks WHERE content_id = %(content_id)s AND version = %(version)s 
 
 -- tasks_media_of_version: a version's media tasks, each with the index row of the asset it made (NULLs: none)
 SELECT t.kind::text AS kind, t.block_key, t.status::text AS status, a.sha256, a.media_type, a.size
-FROM tasks t LEFT JOIN assets a ON a.sha256 = t.asset_sha256
-WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND t.kind <> 'bundle';
+FROM tasks t JOIN task_kinds k ON k.name = t.kind LEFT JOIN assets a ON a.sha256 = t.asset_sha256
+WHERE t.content_id = %(content_id)s AND t.version = %(version)s AND NOT k.completes_version;
 
 -- tasks_get_with_version: a task with its version's state, to explain why an action is refused
 SELECT t.*, c.current_version, v.cancel_requested_at FROM tasks t

@@ -46,11 +46,11 @@ BEGIN
     VALUES (t.id, t.content_id, t.version, 'transition', was, 'running', p_worker, t.attempts, p_lease_token,
             'claimed', jsonb_build_object('rq_job_id', p_rq_job_id));
 
-    id := t.id; content_id := t.content_id; version := t.version; kind := t.kind::text; block_key := t.block_key;
+    id := t.id; content_id := t.content_id; version := t.version; kind := t.kind; block_key := t.block_key;
     input := t.input; fingerprint := t.fingerprint; attempts := t.attempts; max_attempts := t.max_attempts;
     deadline_at := t.deadline_at; lease_token := t.lease_token; lease_until := t.lease_until;
     attempt_ends_at := t.attempt_ends_at; lane := v_lane::text;
-    IF t.kind = 'bundle' THEN   -- local work: no input to hold, nothing to reuse, no call
+    IF NOT (SELECT k.shared FROM task_kinds k WHERE k.name = t.kind) THEN   -- its own input: nothing to hold or reuse
         RETURN NEXT;
         RETURN;
     END IF;

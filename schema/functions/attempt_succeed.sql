@@ -13,13 +13,13 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'attempt_succeed: no task %', p_task_id USING ERRCODE = 'no_data_found';
     END IF;
-    PERFORM tasks_lock_settling(p_task_id, true, t.kind <> 'bundle');
+    PERFORM tasks_lock_settling(p_task_id, true, (SELECT k.shared FROM task_kinds k WHERE k.name = t.kind));
     INSERT INTO assets (sha256, media_type, size, width, height, duration_ms)
     VALUES (p_sha256, p_media_type, p_size, p_width, p_height, p_duration_ms)
     ON CONFLICT (sha256) DO NOTHING;
     INSERT INTO asset_inputs (fingerprint, sha256) VALUES (t.fingerprint, p_sha256)
     ON CONFLICT (fingerprint) DO NOTHING;
-    IF t.kind <> 'bundle' THEN   -- the call is over: its waiters may reuse the asset now
+    IF (SELECT k.shared FROM task_kinds k WHERE k.name = t.kind) THEN   -- made: its waiters may reuse it now
         PERFORM input_calls_release(t.fingerprint, p_lease_token);
     END IF;
 

@@ -2,7 +2,7 @@
 -- book_key_spend: book the estimated cost of the tasks an action of key `for_key` adds (`only_tasks`, or every task of
 -- the version when it is NULL) against the key's limit for today; raises MPK03 with the figures when the booking
 -- would pass the limit, so the whole action rolls back. Returns what was booked.
-CREATE OR REPLACE FUNCTION public.book_key_spend(for_key bigint, of_content bigint, of_version integer, only_tasks bigint[], image_cost numeric, tts_cost numeric, spend_limit numeric)
+CREATE OR REPLACE FUNCTION public.book_key_spend(for_key bigint, of_content bigint, of_version integer, only_tasks bigint[], costs jsonb, spend_limit numeric)
  RETURNS numeric
  LANGUAGE plpgsql
 AS $function$
@@ -10,11 +10,10 @@ DECLARE
     cost   numeric;
     booked numeric;
 BEGIN
-    SELECT coalesce(sum(CASE t.kind WHEN 'image' THEN image_cost WHEN 'tts' THEN tts_cost ELSE 0 END), 0) INTO cost
+    SELECT coalesce(sum((costs ->> t.kind)::numeric), 0) INTO cost
     FROM tasks t
     WHERE CASE WHEN only_tasks IS NULL THEN t.content_id = of_content AND t.version = of_version
                ELSE t.id = ANY (only_tasks) END
-      AND t.kind <> 'bundle'
       AND NOT EXISTS (SELECT 1 FROM asset_inputs a WHERE a.fingerprint = t.fingerprint);
     IF cost = 0 THEN
         RETURN 0;

@@ -3,7 +3,7 @@
 -- admin's bulk retry may span teams); raises MPK03 when the key's booking would pass `key_limit`, MPK04 when a
 -- team's would pass `team_limit`, so the whole action rolls back. Returns what was booked. Teams are booked in
 -- name order, so two actions never wait on each other's rows crosswise.
-CREATE OR REPLACE FUNCTION public.book_spend(for_key bigint, of_content bigint, of_version integer, only_tasks bigint[], image_cost numeric, tts_cost numeric, key_limit numeric, team_limit numeric)
+CREATE OR REPLACE FUNCTION public.book_spend(for_key bigint, of_content bigint, of_version integer, only_tasks bigint[], costs jsonb, key_limit numeric, team_limit numeric)
  RETURNS numeric
  LANGUAGE plpgsql
 AS $function$
@@ -12,16 +12,16 @@ DECLARE
     booked numeric;
     per    record;
 BEGIN
-    total := book_key_spend(for_key, of_content, of_version, only_tasks, image_cost, tts_cost, key_limit);
+    total := book_key_spend(for_key, of_content, of_version, only_tasks, costs, key_limit);
     IF total = 0 THEN
         RETURN 0;
     END IF;
     FOR per IN
-        SELECT c.team, sum(CASE t.kind WHEN 'image' THEN image_cost WHEN 'tts' THEN tts_cost ELSE 0 END) AS cost
+        SELECT c.team, sum((costs ->> t.kind)::numeric) AS cost
         FROM tasks t JOIN contents c ON c.id = t.content_id
         WHERE CASE WHEN only_tasks IS NULL THEN t.content_id = of_content AND t.version = of_version
                    ELSE t.id = ANY (only_tasks) END
-          AND t.kind <> 'bundle'
+          AND costs ? t.kind
           AND NOT EXISTS (SELECT 1 FROM asset_inputs a WHERE a.fingerprint = t.fingerprint)
         GROUP BY c.team ORDER BY c.team
     LOOP

@@ -10,7 +10,8 @@ BEGIN
     INSERT INTO input_calls AS i (fingerprint, task_id, lease_token, held_until)
     SELECT t.fingerprint, t.id, t.lease_token, now() + make_interval(secs => p_hold_seconds)
     FROM tasks t
-    WHERE t.id = p_task_id AND t.lease_token = p_lease_token AND t.kind <> 'bundle'
+    WHERE t.id = p_task_id AND t.lease_token = p_lease_token
+      AND (SELECT k.shared FROM task_kinds k WHERE k.name = t.kind)
       AND NOT EXISTS (SELECT 1 FROM asset_inputs a WHERE a.fingerprint = t.fingerprint)
     ON CONFLICT (fingerprint) DO UPDATE
         SET task_id = excluded.task_id, lease_token = excluded.lease_token, held_until = excluded.held_until,

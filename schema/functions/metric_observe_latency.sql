@@ -15,14 +15,14 @@ BEGIN
     SELECT v.saved_at, v.lane::text INTO saved, lane_of FROM versions v
     WHERE v.content_id = task.content_id AND v.version = task.version;
     IF NEW.to_status = 'running' AND NEW.attempt = 1 THEN
-        PERFORM metric_observe('latency_accepted_to_started', task.kind::text, extract(epoch FROM NEW.at - saved));
+        PERFORM metric_observe('latency_accepted_to_started', task.kind, extract(epoch FROM NEW.at - saved));
     ELSIF NEW.from_status = 'running' THEN
         SELECT e.at INTO claimed FROM events e
         WHERE e.task_id = NEW.task_id AND e.to_status = 'running' AND e.id < NEW.id ORDER BY e.id DESC LIMIT 1;
         IF claimed IS NOT NULL THEN
-            PERFORM metric_observe('latency_run', task.kind::text, extract(epoch FROM NEW.at - claimed));
+            PERFORM metric_observe('latency_run', task.kind, extract(epoch FROM NEW.at - claimed));
         END IF;
-        IF NEW.to_status = 'succeeded' AND task.kind = 'bundle' THEN
+        IF NEW.to_status = 'succeeded' AND (SELECT k.completes_version FROM task_kinds k WHERE k.name = task.kind) THEN
             PERFORM metric_observe('latency_save_to_done', lane_of, extract(epoch FROM NEW.at - saved));
         END IF;
     END IF;

@@ -2,7 +2,7 @@
 -- wake_slot_waiters returns at once when no task of the kind waits for a slot (asked through the partial index
 -- tasks_waiting_for_slot), as after nearly every call: the counts of free slots and due waiters (0019's body, now
 -- wake_slot_waiters_counted) then cost the completion for nothing.
-CREATE OR REPLACE FUNCTION public.wake_slot_waiters_counted(p_kind task_kind, p_provider text, p_bulk_slots integer)
+CREATE OR REPLACE FUNCTION public.wake_slot_waiters_counted(p_kind text, p_provider text, p_bulk_slots integer)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
 AS $function$

@@ -8,8 +8,11 @@ DECLARE
     v_team     text;
     v_approved integer;
 BEGIN
+    IF NEW.status = 'succeeded' AND NOT (SELECT k.completes_version FROM task_kinds k WHERE k.name = NEW.kind) THEN
+        RETURN NULL;   -- the trigger cannot ask task_kinds in its WHEN: only the version's last task goes on
+    END IF;
     SELECT c.team INTO v_team FROM contents c WHERE c.id = NEW.content_id;
-    IF NEW.status = 'succeeded' THEN   -- a bundle: its version's last task
+    IF NEW.status = 'succeeded' THEN   -- the task completing the version (the bundle): its last
         INSERT INTO webhook_version_marks AS m (content_id, version, completed)
         VALUES (NEW.content_id, NEW.version, true)
         ON CONFLICT (content_id, version) DO UPDATE SET completed = true;
@@ -36,4 +39,4 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE TRIGGER webhook_task_changed AFTER UPDATE OF status, waiting_for ON public.tasks FOR EACH ROW WHEN ((((new.status IS DISTINCT FROM old.status) AND ((new.status = ANY (ARRAY['unknown'::task_status, 'failed'::task_status])) OR ((new.status = 'succeeded'::task_status) AND (new.kind = 'bundle'::task_kind)))) OR ((new.waiting_for = 'budget'::text) AND (old.waiting_for IS DISTINCT FROM 'budget'::text)))) EXECUTE FUNCTION webhook_task_changed();
+CREATE OR REPLACE TRIGGER webhook_task_changed AFTER UPDATE OF status, waiting_for ON public.tasks FOR EACH ROW WHEN ((((new.status IS DISTINCT FROM old.status) AND (new.status = ANY (ARRAY['unknown'::task_status, 'failed'::task_status, 'succeeded'::task_status]))) OR ((new.waiting_for = 'budget'::text) AND (old.waiting_for IS DISTINCT FROM 'budget'::text)))) EXECUTE FUNCTION webhook_task_changed();

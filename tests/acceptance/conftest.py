@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dispatch import QUEUES
+from pipeline.core import kinds
 from testkit.system import rq_worker_argv
 from testkit.webapp import TEST_ENV
 from testkit.webdriver import Chromium, Unavailable
@@ -43,7 +43,7 @@ def workers(database_url, redis_url, media_dir, tmp_path):
            "MEDIA_DIR": str(media_dir), "PYTHONPATH": str(ROOT)}
     log = (tmp_path / "workers.log").open("w")
     started = [subprocess.Popen([sys.executable, *rq_worker_argv(queue)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT) for queue in QUEUES]
+                                stdout=log, stderr=subprocess.STDOUT) for queue in kinds.names()]
     yield started
     for process in started:
         process.terminate()

@@ -13,7 +13,7 @@ import requests
 
 from bin.embedded import free_port
 from pipeline.core import lanes
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 from pipeline.db import connect
 from testkit.helpers import wait_until
 from testkit.stack import ROOT, DevStack, descendants, fake_provider, lesson, provider_env
@@ -33,7 +33,7 @@ def bare(command: str, *argv: str, redis_url: str) -> list[str]:
 def pool_queues(stack: DevStack) -> list[str]:
     """The queues of every worker the Procfile's pools run, one entry per worker, as RQ lists them."""
     found = []
-    for kind in KINDS:
+    for kind in kinds.names():
         found += [",".join(lanes.worker_queues(kind))] * lanes.workers(stack.cfg, kind)
         found += [kind] * lanes.interactive_workers(stack.cfg, kind)
     return sorted(found + ["webhook"] * stack.cfg.webhooks.workers)
@@ -92,7 +92,7 @@ def test_rq_info_and_rq_dashboard_find_our_queues_our_workers_and_the_job_a_work
 
         # RQ's own `rq info` sees the same workers on the kinds' interactive queues, to which every task pool listens
         # (the webhook pool listens to its own queue only)
-        info = subprocess.run(bare("rq", "info", "--raw", "--only-workers", *KINDS, redis_url=redis_url),
+        info = subprocess.run(bare("rq", "info", "--raw", "--only-workers", *kinds.names(), redis_url=redis_url),
                               cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert info.returncode == 0, info.stdout + info.stderr
         listed = [int(m[1]) for m in re.finditer(r"^worker \S+ \(\S+ \S+ (\d+)\)", info.stdout, re.MULTILINE)]
@@ -101,7 +101,7 @@ def test_rq_info_and_rq_dashboard_find_our_queues_our_workers_and_the_job_a_work
         # once the lesson is done, each kind's interactive queue shows the message it finished and none waiting
         stack.wait_done(body["content_id"])
         queues = {q["name"]: q for q in answered("/queues.json")["queues"]}
-        for kind in KINDS:
+        for kind in kinds.names():
             assert (queues[kind]["count"], queues[kind]["failed_job_registry_count"]) == (0, 0), queues[kind]
             assert queues[kind]["finished_job_registry_count"] >= 1, queues[kind]
         listed_jobs = answered("/jobs/image/finished/8/asc/1.json")["jobs"]

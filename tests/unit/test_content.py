@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.core.content import ProviderInfo, parse_draft, plan_tasks
+from pipeline.core.content import parse_draft, plan_tasks
 from pipeline.core.errors import InvalidInput
 from pipeline.core.fingerprint import digest
 
@@ -17,11 +17,11 @@ def test_the_fingerprints_of_an_unchanged_input_stay_what_earlier_releases_store
     draft = parse_draft({"title": "Campus life", "locale": "zh-CN", "theme": "campus",
                          "blocks": [{"key": "a", "text": "你好"},
                                     {"key": "b", "text": "Library", "image_prompt": "a quiet library"}]})
-    providers = ProviderInfo(image_provider="openai", image_model="gpt-image-1", image_size="1024x1024",
-                             tts_provider="openai", tts_model="gpt-4o-mini-tts", tts_voice="alloy")
+    providers = {"image": {"provider": "openai", "model": "gpt-image-1", "size": "1024x1024"},
+                 "tts": {"provider": "openai", "model": "gpt-4o-mini-tts", "voice": "alloy"}, "bundle": {}}
     # when this release plans them, then every fingerprint is the one stored before: a changed word in a hashed
     # input would make nothing stored reusable, and every block would be paid for again
-    assert [(t.kind.value, t.block_key, t.fingerprint[:16]) for t in plan_tasks(draft, providers)] == [
+    assert [(t.kind, t.block_key, t.fingerprint[:16]) for t in plan_tasks(draft, providers)] == [
         ("image", "a", "403705877e38b7f6"), ("tts", "a", "0ecf6b5951855521"),
         ("image", "b", "4c723130454c48b8"), ("tts", "b", "ee3929d159f11293"),
         ("bundle", None, "a037c245e5e4ded1")]

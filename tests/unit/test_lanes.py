@@ -18,9 +18,9 @@ def cfg(**env: str) -> settings.Settings:
 def test_each_kind_has_an_interactive_queue_by_its_plain_name_and_a_bulk_queue_beside_it():
     assert [lanes.queue_name("image"), lanes.queue_name("tts", lanes.BULK)] == ["image", "tts-bulk"]
     assert lanes.worker_queues("bundle") == ["bundle", "bundle-bulk"]   # interactive first
-    assert len(lanes.ALL_QUEUES) == 6
+    assert len(lanes.all_queues()) == 8
     with pytest.raises(ValueError):
-        lanes.queue_name("video")
+        lanes.queue_name("poster")
 
 
 @pytest.mark.parametrize("value", ["urgent", 1, None, ""])

@@ -62,7 +62,7 @@ def test_a_shut_down_image_model_stops_the_start_naming_its_date_and_replacement
 
 
 def test_the_speech_models_run_until_their_shutdown_day_and_then_stop_the_start():
-    assert settings.load(OPENAI, today=date(2027, 1, 5)).tts.model == "gpt-4o-mini-tts"
+    assert settings.load(OPENAI, today=date(2027, 1, 5)).providers["tts"].model == "gpt-4o-mini-tts"
     with pytest.raises(ConfigError, match="TTS_MODEL='gpt-4o-mini-tts'.*2027-01-06"):
         settings.load(OPENAI, today=date(2027, 1, 6))
 
@@ -77,7 +77,7 @@ def test_a_size_the_model_does_not_take_stops_the_start(size, why):
 
 @pytest.mark.parametrize("size", ["1024x1024", "1536x1024", "3840x2160", "2160x3840", "1024x640", "1920x1088", "auto"])
 def test_any_size_within_the_gpt_image_2_rules_is_taken(size):
-    assert settings.load({**OPENAI, "IMAGE_SIZE": size}, today=TODAY).image.size == size
+    assert settings.load({**OPENAI, "IMAGE_SIZE": size}, today=TODAY).providers["image"].size == size
 
 
 def test_options_the_model_does_not_take_stop_the_start():
@@ -92,7 +92,7 @@ def test_options_the_model_does_not_take_stop_the_start():
 def test_a_compatible_servers_own_model_is_not_judged_by_the_catalogue():
     cfg = settings.load({**OPENAI, "IMAGE_MODEL": "flux-dev", "IMAGE_SIZE": "999x999", "IMAGE_COST_PER_CALL": "0.01"},
                         today=TODAY)
-    assert (cfg.image.model, cfg.image.size) == ("flux-dev", "999x999")
+    assert (cfg.providers["image"].model, cfg.providers["image"].size) == ("flux-dev", "999x999")
 
 
 def test_speech_over_the_models_limits_is_named_with_its_length():

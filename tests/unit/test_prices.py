@@ -50,14 +50,14 @@ def test_speech_is_priced_by_characters_or_by_minutes_of_audio():
 
 def test_the_catalogue_prices_a_paid_provider_and_a_setting_overrides_it():
     table = settings.load(OPENAI)
-    assert table.image.priced_by == "table" and table.image.cost_per_call == 0.211
+    assert table.providers["image"].priced_by == "table" and table.providers["image"].cost_per_call == 0.211
     low = settings.load({**OPENAI, "IMAGE_QUALITY": "low"})
-    assert low.image.cost_per_call == 0.006
-    assert prices.estimate(low.image, "image", {"model": "gpt-image-2", "size": "1024x1024"}, batch=True) == 0.003
+    assert low.providers["image"].cost_per_call == 0.006
+    assert prices.estimate(low.providers["image"], "image", {"model": "gpt-image-2", "size": "1024x1024"}, batch=True) == 0.003
     fixed = settings.load({**OPENAI, "IMAGE_COST_PER_CALL": "0.2"})
-    assert fixed.image.priced_by == "IMAGE_COST_PER_CALL"
-    assert prices.estimate(fixed.image, "image", {}, batch=True) == 0.1
-    assert prices.reported(fixed.image, "image", {}, {"usage": {"output_tokens": 1}}) is None
+    assert fixed.providers["image"].priced_by == "IMAGE_COST_PER_CALL"
+    assert prices.estimate(fixed.providers["image"], "image", {}, batch=True) == 0.1
+    assert prices.reported(fixed.providers["image"], "image", {}, {"usage": {"output_tokens": 1}}) is None
 
 
 def test_a_budget_on_a_model_the_catalogue_does_not_know_needs_a_cost():

@@ -6,14 +6,15 @@ from __future__ import annotations
 import pytest
 
 from pipeline.core.compare import Side, compare, text_diff
-from pipeline.core.content import (ProviderInfo, carry_regenerations, check_speakable, download_name, parse_draft,
+from pipeline.core.content import (carry_regenerations, check_speakable, download_name, parse_draft,
                                    plan_tasks, with_regeneration)
 from pipeline.core.delivery import delivery_blockers
 from pipeline.core.errors import InvalidInput
 from providers import local_tts
 from providers.registry import SPEECH_LOCALES
 
-PROVIDERS = ProviderInfo("local", "card", "1024x1024", "local", "espeak", "")
+PROVIDERS = {"image": {"provider": "local", "model": "card", "size": "1024x1024"},
+             "tts": {"provider": "local", "model": "espeak", "voice": ""}, "bundle": {}}
 
 
 def draft(*texts: str):

@@ -6,7 +6,7 @@ from pipeline.core.errors import ConfigError
 
 def test_defaults_need_no_environment():
     cfg = settings.load({})
-    assert cfg.port == 8000 and cfg.database_url is None and cfg.image.backend == "local"
+    assert cfg.port == 8000 and cfg.database_url is None and cfg.providers["image"].backend == "local"
 
 
 @pytest.mark.parametrize("env, named", [
@@ -52,7 +52,7 @@ def test_valid_values_are_parsed():
     cfg = settings.load({"PORT": "9001", "DATABASE_URL": "postgresql://u@h:5/db", "DEMO_MODE": "yes",
                          "IMAGE_MAX_CONCURRENCY": "2", "TTS_READ_TIMEOUT": "1.5"})
     assert (cfg.port, cfg.database_url, cfg.demo_mode) == (9001, "postgresql://u@h:5/db", True)
-    assert cfg.image.max_concurrency == 2 and cfg.tts.read_timeout == 1.5
+    assert cfg.providers["image"].max_concurrency == 2 and cfg.providers["tts"].read_timeout == 1.5
 
 
 def test_secrets_stay_out_of_the_repr():
@@ -68,33 +68,33 @@ OPENAI = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.openai.com/
 
 def test_choosing_openai_takes_its_own_default_models_and_voice_never_the_local_ones():
     cfg = settings.load(OPENAI)
-    assert (cfg.image.model, cfg.image.size) == ("gpt-image-2.6-sunburst", "1024x1024")
-    assert (cfg.tts.model, cfg.tts.voice) == ("gpt-4o-mini-tts", "alloy")
+    assert (cfg.providers["image"].model, cfg.providers["image"].size) == ("gpt-image-2.6-sunburst", "1024x1024")
+    assert (cfg.providers["tts"].model, cfg.providers["tts"].voice) == ("gpt-4o-mini-tts", "alloy")
 
 
 def test_the_local_backends_keep_their_own_models():
     cfg = settings.load({})
-    assert (cfg.image.model, cfg.tts.model, cfg.tts.voice) == ("local-card-v1", "espeak-ng-1.52", "")
+    assert (cfg.providers["image"].model, cfg.providers["tts"].model, cfg.providers["tts"].voice) == ("local-card-v1", "espeak-ng-1.52", "")
 
 
 def test_a_model_voice_or_size_that_is_set_wins_over_the_backends_default():
     cfg = settings.load({**OPENAI, "IMAGE_MODEL": "gpt-image-2", "IMAGE_SIZE": "1792x1008", "TTS_VOICE": "nova"})
-    assert (cfg.image.model, cfg.image.size, cfg.tts.voice) == ("gpt-image-2", "1792x1008", "nova")
+    assert (cfg.providers["image"].model, cfg.providers["image"].size, cfg.providers["tts"].voice) == ("gpt-image-2", "1792x1008", "nova")
 
 
 def test_model_options_are_read_only_when_set_and_only_for_their_kind():
     cfg = settings.load({"IMAGE_QUALITY": "high", "IMAGE_OUTPUT_FORMAT": "webp", "TTS_INSTRUCTIONS": "slowly",
                          "TTS_QUALITY": "high"})
-    assert cfg.image.options == (("quality", "high"), ("output_format", "webp"))
-    assert cfg.tts.options == (("instructions", "slowly"),)
-    assert settings.load({}).image.options == ()
+    assert cfg.providers["image"].options == (("quality", "high"), ("output_format", "webp"))
+    assert cfg.providers["tts"].options == (("instructions", "slowly"),)
+    assert settings.load({}).providers["image"].options == ()
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/v1", "http://localhost:8080", "https://llm.example.com"])
 def test_a_base_url_is_https_or_on_this_machine(url):
     cfg = settings.load({"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": url, "IMAGE_API_KEY": "k",
                          "IMAGE_DAILY_BUDGET": "unlimited"})
-    assert cfg.image.base_url == url
+    assert cfg.providers["image"].base_url == url
 
 
 def test_a_providers_settings_default_to_the_adapters_own_and_reach_it_whole():
@@ -107,15 +107,15 @@ def test_a_providers_settings_default_to_the_adapters_own_and_reach_it_whole():
     assert {name: getattr(ProviderSettings(), name) for name in shared} == {n: getattr(ADAPTER, n) for n in shared}
     tuned = settings.load({"IMAGE_CONNECT_TIMEOUT": "1.5", "IMAGE_READ_TIMEOUT": "7", "IMAGE_MAX_BYTES": "4096",
                            "IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1",
-                           "IMAGE_API_KEY": "sk-x", "IMAGE_DAILY_BUDGET": "unlimited"}).image
+                           "IMAGE_API_KEY": "sk-x", "IMAGE_DAILY_BUDGET": "unlimited"}).providers["image"]
     assert provider_config(tuned) == ProviderConfig(**{n: getattr(tuned, n) for n in shared},
                                                     base_url="https://api.example.com/v1")
 
 
 def test_a_paid_providers_cap_is_a_number_or_unlimited_said_out_loud():
     paid = {"IMAGE_PROVIDER": "openai", "IMAGE_BASE_URL": "https://api.example.com/v1", "IMAGE_API_KEY": "k"}
-    assert settings.load({**paid, "IMAGE_DAILY_BUDGET": "unlimited"}).image.daily_budget is None
-    capped = settings.load({**paid, "IMAGE_DAILY_BUDGET": "25", "IMAGE_COST_PER_CALL": "0.04"}).image
+    assert settings.load({**paid, "IMAGE_DAILY_BUDGET": "unlimited"}).providers["image"].daily_budget is None
+    capped = settings.load({**paid, "IMAGE_DAILY_BUDGET": "25", "IMAGE_COST_PER_CALL": "0.04"}).providers["image"]
     assert (capped.daily_budget, capped.cost_per_call) == (25.0, 0.04)
     # the local providers cost nothing and need no cap
-    assert settings.load({}).image.daily_budget is None
+    assert settings.load({}).providers["image"].daily_budget is None

@@ -11,7 +11,8 @@ stacks of their own (test_matrix.py, test_drills.py).
 import pytest
 
 from pipeline.core.records import idempotency_key
-from pipeline.core.states import MEDIA_KINDS, PENDING
+from pipeline.core import kinds
+from pipeline.core.states import PENDING
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 from testkit.helpers import lesson, wait_until
 from testkit.system import System, settle, start_stack, stop_stack, system_env
@@ -48,7 +49,7 @@ def stack(one_stack, fake):
     def idle() -> bool:
         with one_stack.system.db() as conn:
             waiting = conn.execute("SELECT count(*) AS n FROM tasks WHERE kind::text = ANY(%s) "
-                                   "AND status::text = ANY(%s)", (list(MEDIA_KINDS), [s.value for s in PENDING]),
+                                   "AND status::text = ANY(%s)", (list(kinds.paid_names()), [s.value for s in PENDING]),
                                    ).fetchone()["n"]
         return waiting == 0 and fake.in_flight("image") == 0 and fake.in_flight("audio") == 0
     wait_until(idle, timeout=60, interval=0.1, message="the shared stack idle after the row")

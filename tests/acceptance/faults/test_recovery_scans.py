@@ -4,7 +4,7 @@ worker's expired lease is decided, each within its bound (RECOVERY_SCAN_SECONDS,
 import redis
 from rq import Queue
 
-from pipeline.core.lanes import ALL_QUEUES
+from pipeline.core.lanes import all_queues
 from testkit.helpers import wait_until
 from testkit.system import ROOT, kill, spawn
 from testkit.crashes import key_of, save_one_block, worker_in_the_middle_of_an_image_call
@@ -32,7 +32,7 @@ def test_a_message_lost_from_redis_is_sent_again_by_the_dispatcher_alone(system)
     wait_until(lambda: dispatches(system, image["id"]) >= 1, message="the image's message sent")
     # when: the queues are emptied before any worker took the messages (Redis restarted empty, say)
     client = redis.Redis.from_url(system.env["REDIS_URL"])
-    for name in ALL_QUEUES:
+    for name in all_queues():
         Queue(name, connection=client).empty()
     assert Queue("image", connection=client).count == 0
     for queue in ("image", "tts", "bundle"):

@@ -21,7 +21,7 @@ def take(conn, limits, p, lane):
 
 def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_the_rest(conn, database_url,
                                                                                         redis_url, tmp_path):
-    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").image
+    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").providers["image"]
     assert (p.reserved_slots, p.bulk_slots) == (1, 3)
     limits = SlotTable()
     assert [take(conn, limits, p, BULK) for _ in range(3)] == [1, 2, 3]
@@ -35,7 +35,7 @@ def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_th
 def test_interactive_calls_take_the_held_back_slots_first_and_leave_the_bulk_lanes_to_it(conn, database_url,
                                                                                          redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4",
-                      IMAGE_INTERACTIVE_SLOTS="2").image
+                      IMAGE_INTERACTIVE_SLOTS="2").providers["image"]
     limits = SlotTable()
     assert [take(conn, limits, p, INTERACTIVE) for _ in range(3)] == [4, 3, 2]
     assert take(conn, limits, p, BULK) == 1
@@ -44,6 +44,6 @@ def test_interactive_calls_take_the_held_back_slots_first_and_leave_the_bulk_lan
 
 
 def test_with_no_held_back_slot_the_bulk_lane_may_take_them_all(conn, database_url, redis_url, tmp_path):
-    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="2", IMAGE_INTERACTIVE_SLOTS="0").image
+    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="2", IMAGE_INTERACTIVE_SLOTS="0").providers["image"]
     limits = SlotTable()
     assert [take(conn, limits, p, BULK) for _ in range(2)] == [1, 2]

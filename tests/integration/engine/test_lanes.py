@@ -52,7 +52,7 @@ def pop(client, name: str) -> int:
 def test_the_queues_of_a_kind_are_listened_to_interactive_first():
     assert lanes.worker_queues("image") == ["image", "image-bulk"]
     assert lanes.queue_name("tts", "bulk") == "tts-bulk"
-    assert lanes.ALL_QUEUES[:3] == ("image", "tts", "bundle")
+    assert lanes.all_queues()[:4] == ("image", "tts", "video", "bundle")
     with pytest.raises(InvalidInput, match="priority"):
         lanes.parse_priority("urgent")
 

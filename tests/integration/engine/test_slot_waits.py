@@ -20,7 +20,7 @@ PROVIDER = "images:image"
 
 
 def image_settings(database_url, redis_url, tmp_path):
-    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").image
+    p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").providers["image"]
     assert (p.reserved_slots, p.bulk_slots) == (1, 3)
     return p
 
@@ -119,7 +119,7 @@ def test_the_dispatchers_scan_wakes_waiters_for_slots_that_ran_out_even_while_a_
     providers = build_providers(cfg)
     name = f"{providers['image'].name}:image"
     editor = waiting_for_a_slot(conn, cfg, 1, INTERACTIVE)
-    db.execute(conn, "provider_slots_ensure", {"provider": name, "max": cfg.image.max_concurrency})
+    db.execute(conn, "provider_slots_ensure", {"provider": name, "max": cfg.providers["image"].max_concurrency})
     conn.execute("UPDATE provider_slots SET holder = gen_random_uuid(), held_until = now() - interval '1 s' "
                  "WHERE provider = %s", (name,))   # every slot's hold ran out: nobody released them
     with connect(cfg.database_url, autocommit=True) as run:

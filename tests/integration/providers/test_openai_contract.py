@@ -199,12 +199,14 @@ def test_https_or_a_server_on_this_machine_is_accepted(url):
 
 
 def test_a_model_option_that_is_set_is_part_of_the_input_fingerprint():
-    from pipeline.core.content import ProviderInfo, parse_draft, plan_tasks
+    from pipeline.core.content import parse_draft, plan_tasks
 
     draft = parse_draft({"title": "t", "locale": "en", "blocks": [{"key": "a", "text": "hello"}]})
-    plain = ProviderInfo("openai", "gpt-image-2", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy")
-    with_options = ProviderInfo("openai", "gpt-image-2", "1024x1024", "openai", "gpt-4o-mini-tts", "alloy",
-                                (("quality", "high"),), (("instructions", "slowly"),))
+    image = {"provider": "openai", "model": "gpt-image-2", "size": "1024x1024"}
+    speech = {"provider": "openai", "model": "gpt-4o-mini-tts", "voice": "alloy"}
+    plain = {"image": image, "tts": speech, "bundle": {}}
+    with_options = {"image": {**image, "options": (("quality", "high"),)},
+                    "tts": {**speech, "options": (("instructions", "slowly"),)}, "bundle": {}}
     before, after = plan_tasks(draft, plain), plan_tasks(draft, with_options)
     assert [t.fingerprint for t in before] != [t.fingerprint for t in after]
     assert "options" not in before[0].input and after[0].input["options"] == {"quality": "high"}
