@@ -1,6 +1,6 @@
 """The narrated lesson video of a version: each block's image for as long as its narration, H.264 and AAC in MP4,
-and the blocks' texts as WebVTT captions. Local work (no provider, nothing paid), made with PyAV, whose wheel
-carries FFmpeg's libraries: no system ffmpeg.
+and the blocks' texts as a caption track (mov_text, the MP4's own; `webvtt` gives the same cues as a WebVTT file).
+Local work (no provider, nothing paid), made with PyAV, whose wheel carries FFmpeg's libraries: no system ffmpeg.
 
 The narrations are decoded and joined sample for sample, so the video lasts exactly as long as they do together
 (the last picture is held to the next whole frame). A block's picture appears on the first frame at or after its
@@ -16,10 +16,23 @@ from fractions import Fraction
 from pathlib import Path
 
 import av
+from av.subtitles.subtitle import SubtitleSet
 from PIL import Image, ImageOps
+
+from pipeline import db
+from pipeline.core.errors import PipelineError
+from pipeline.core.records import Made, Work
 
 AUDIO_RATE = 48_000
 AUDIO_LAYOUT = "mono"
+CAPTION_TIME = Fraction(1, 1000)
+# The mov_text encoder takes its cues as ASS dialogue lines and needs a script header to open.
+_ASS_HEADER = ("[Script Info]\nScriptType: v4.00+\nPlayResX: 384\nPlayResY: 288\n\n[V4+ Styles]\n"
+               "Format: Name, Fontname, Fontsize, PrimaryColour, SecondaryColour, OutlineColour, BackColour, Bold, "
+               "Italic, Underline, StrikeOut, ScaleX, ScaleY, Spacing, Angle, BorderStyle, Outline, Shadow, "
+               "Alignment, MarginL, MarginR, MarginV, Encoding\nStyle: Default,Sans,16,&Hffffff,&Hffffff,&H0,&H0,0,0,"
+               "0,0,100,100,0,0,1,1,0,2,10,10,10,0\n\n[Events]\nFormat: Layer, Start, End, Style, Name, MarginL, "
+               "MarginR, MarginV, Effect, Text\n").encode()
 
 
 @dataclass(frozen=True)
@@ -61,9 +74,39 @@ def render(scenes: list[Scene], out: Path, *, width: int = 1280, height: int = 7
         video.width, video.height, video.pix_fmt = width, height, "yuv420p"
         video.codec_context.thread_count = 1
         audio = container.add_stream("aac", rate=AUDIO_RATE, layout=AUDIO_LAYOUT)
+        captions = container.add_stream("mov_text")
+        captions.codec_context.subtitle_header = _ASS_HEADER
+        captions.time_base = captions.codec_context.time_base = CAPTION_TIME
         _encode_pictures(container, video, scenes, cues, fps, width, height, total / AUDIO_RATE)
         _encode_narrations(container, audio, narrations)
+        _encode_captions(container, captions, cues)
     return Rendered(total / AUDIO_RATE, cues)
+
+
+def _encode_captions(container, stream, cues: tuple[Cue, ...]) -> None:
+    for cue in cues:
+        start, end = round(cue.start * 1000), round(cue.end * 1000)
+        text = " ".join(cue.text.split()).replace("\\", "\\\\").replace("{", "\\{") or "…"
+        packet = stream.codec_context.encode_subtitle(
+            SubtitleSet.create(f"0,0,Default,,0,0,0,,{text}".encode(), 0, end - start, pts=start * 1000))
+        packet.stream, packet.time_base = stream, CAPTION_TIME
+        packet.pts = packet.dts = start
+        packet.duration = end - start
+        container.mux(packet)
+
+
+def captions(mp4: Path | bytes) -> tuple[Cue, ...]:
+    """The caption track of a video this module made, read back from the file."""
+    source = io.BytesIO(mp4) if isinstance(mp4, bytes) else str(mp4)
+    cues = []
+    with av.open(source) as container:
+        stream = container.streams.subtitles[0]
+        for packet in container.demux(stream):
+            if packet.size > 2 and packet.pts is not None:   # a cue: a 16-bit length, then the UTF-8 text
+                start = float(packet.pts * stream.time_base)
+                cues.append(Cue(start, start + float(packet.duration * stream.time_base),
+                                bytes(packet)[2:].decode("utf-8")))
+    return tuple(cues)
 
 
 def _decoded(data: bytes) -> list[av.AudioFrame]:
@@ -133,3 +176,27 @@ def webvtt(cues: tuple[Cue, ...]) -> str:
 def _stamp(seconds: float) -> str:
     millis = round(seconds * 1000)
     return f"{millis // 3_600_000:02d}:{millis // 60_000 % 60:02d}:{millis // 1000 % 60:02d}.{millis % 1000:03d}"
+
+
+def make(work: Work, out: Path) -> Made:
+    """The video task's local work (pipeline/core/kinds/video.py): its version's images and narrations, block by
+    block as its input lists them, rendered at the input's size and frame rate."""
+    task = work.task
+    media = {(t["kind"], t["block_key"]): t for t in db.all(work.conn, "tasks_media_of_version",
+                                                              {"content_id": task.content_id, "version": task.version})}
+    scenes = []
+    for block in task.input["blocks"]:
+        image, audio = media.get(("image", block["key"])), media.get(("tts", block["key"]))
+        if image is None or audio is None or image["sha256"] is None or audio["sha256"] is None:
+            raise PipelineError(f"block {block['key']}: its image or narration is not ready")
+        scenes.append(Scene(read_asset(work.store, image["sha256"]), read_asset(work.store, audio["sha256"]), block["text"]))
+    made = render(scenes, out, width=task.input["width"], height=task.input["height"], fps=task.input["fps"])
+    return Made("video/mp4", task.input["width"], task.input["height"], round(made.duration * 1000))
+
+
+def read_asset(store, sha: str) -> bytes:
+    """A stored asset's bytes, whole (a picture or a narration: small)."""
+    pieces = store.chunks(sha)
+    if pieces is None:
+        raise FileNotFoundError(f"asset {sha} is not in the media store")
+    return b"".join(pieces)

@@ -328,7 +328,8 @@ def soak_env(database_url: str, redis_url: str, media: Path, provider_url: str) 
            "LEASE_SECONDS": "4", "HEARTBEAT_SECONDS": "1", "LOST_DISPATCH_SECONDS": "3",
            "DISPATCH_CLAIM_SECONDS": "3", "BACKOFF_BASE_SECONDS": "0.2", "BACKOFF_CAP_SECONDS": "2",
            "MAX_ATTEMPTS": "6", "IMAGE_API_KEY": "sk-soak-image",
-           "TTS_API_KEY": "sk-soak-tts", "TTS_VOICE": "alloy"}
+           "TTS_API_KEY": "sk-soak-tts", "TTS_VOICE": "alloy",
+           "VIDEO_ENABLED": "false"}   # the soak is about paid calls: no local render between them and the bundle
     for prefix in ("IMAGE", "TTS"):
         env.update({f"{prefix}_{k}": v for k, v in common.items()})
     return env

@@ -34,7 +34,7 @@ from flask import Blueprint, Response, abort, redirect, request, send_file, url_
 from pipeline import overview, storage, teams
 from pipeline.core.content import download_name as content_download_name
 from pipeline.core.records import content_disposition, extension
-from pipeline.core.states import MEDIUM
+from pipeline.core import kinds
 from web import contract
 from web.auth import HEADER, api_principal, session_principal
 from web.db import get_conn, settings
@@ -120,6 +120,8 @@ def get(sha256: str) -> Response:
     if asset is None or not storage.has_asset(settings(), sha256):
         abort(404, description="no such media")
     cache = PRIVATE if left is None else delivery_cache(left)
+    if request.args.get("captions") is not None:
+        return _captions(sha256, asset, cache)
     name = download_name(asset["media_type"]) or f"{sha256[:16]}.{extension(asset['media_type'])}"
     attach = asset["media_type"] == "application/zip"
     url = storage.presigned_asset_url(settings(), sha256, media_type=asset["media_type"], cache_control=cache,
@@ -138,6 +140,18 @@ def get(sha256: str) -> Response:
 
 
 _NAME = re.compile(r"[\w.-]{1,120}")
+
+
+def _captions(sha256: str, asset: dict, cache: str) -> Response:
+    """`?captions=vtt`: a lesson video's caption track as a WebVTT file (an HTML5 <track>), read from the video."""
+    if asset["media_type"] != "video/mp4":
+        abort(404, description="only a lesson video has captions")
+    from pipeline import video   # FFmpeg's libraries load only when captions are asked for
+    response = Response(video.webvtt(video.captions(b"".join(storage.asset_chunks(settings(), sha256)))),
+                        mimetype="text/vtt")
+    response.headers["Cache-Control"] = cache
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def download_name(media_type: str) -> str | None:
@@ -185,9 +199,12 @@ def sign_delivery(doc: dict) -> dict:
     each bound to the manifest's content and version."""
     expires, content_id, version = link_expiry(), doc["content_id"], doc["version"]
     for block in doc["blocks"]:
-        for label in MEDIUM.values():
-            if block[label].get("sha256"):
+        for label in (kind.medium for kind in kinds.media()):
+            if label in block and block[label].get("sha256"):
                 block[label]["url"] = signed_url(block[label]["sha256"], expires, content_id, version)
+    if doc.get("video", {}).get("sha256"):   # the lesson video, and its captions (the same link, ?captions=vtt)
+        doc["video"]["url"] = signed_url(doc["video"]["sha256"], expires, content_id, version)
+        doc["video"]["captions_url"] = doc["video"]["url"] + "&" + urlencode({"captions": "vtt"})
     if doc["bundle"].get("sha256"):
         doc["bundle"]["file_name"] = content_download_name(doc["title"], doc["version"])
         doc["bundle"]["url"] = signed_url(doc["bundle"]["sha256"], expires, content_id, version) + "&" + urlencode(

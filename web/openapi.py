@@ -17,7 +17,7 @@ from pipeline.core.content import MAX_BLOCKS, MAX_PROMPT, MAX_TEXT, MAX_TITLE
 from pipeline.core.outcome import Reason
 from pipeline.core.records import MAX_NOTE
 from pipeline.core.rerun import MAX_EXTENSION_SECONDS
-from pipeline.core.states import KINDS
+from pipeline.core import kinds
 from pipeline.demo import SCENARIOS, themes
 from web.inputs import MAX_BODY_BYTES, MAX_ID, MAX_OFFSET, MAX_QUERY, MAX_ROW_ID, MAX_VERSION
 
@@ -151,7 +151,7 @@ SCHEMAS = {
                                                  "approved_version": {"type": ["integer", "null"]},
                                                  "versions": {"type": "array", "items": OBJECT}}},
     "Task": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "kind": {"enum": list(KINDS)}, "block": {"type": ["string", "null"]},
+        "id": {"type": "integer"}, "kind": {"enum": list(kinds.names())}, "block": {"type": ["string", "null"]},
         "status": {"type": "string"}, "attempts": {"type": "integer"}, "max_attempts": {"type": "integer"},
         "terminal": {"type": "boolean", "description": "failed, succeeded, superseded or cancelled: the task changes "
                                                        "no more unless a person retries it"},
@@ -309,7 +309,7 @@ def review_paths() -> dict:
             "Tasks that need a person across all contents, with the actions each allows",
             {"200": body(ref("Attention")), **errors(422)}, tag="tasks", params=[
                 query("problem", {"enum": list(attention.PROBLEMS)}, "only this problem"),
-                query("kind", {"enum": list(KINDS)}, "only this kind"),
+                query("kind", {"enum": list(kinds.names())}, "only this kind"),
                 query("content_id", ROW_ID, "only this content"), *PAGING])},
         "/api/attention/retry": {"post": op(
             "Retry failed tasks in bulk, all or none (503 over capacity); unknown ones are refused (needs_consent)",
@@ -412,7 +412,10 @@ def paths() -> dict:
                                  query("name", {"type": "string", "minLength": 1, "maxLength": 120},
                                        "the file name to save as: letters of any script, digits, '.', '-' and '_', "
                                        "not first a '.' (another is 404); its extension is always the asset's "
-                                       "own")]),
+                                       "own"),
+                                 query("captions", {"enum": ["vtt"]},
+                                       "a lesson video's caption track, as a WebVTT file (text/vtt); 404 for any "
+                                       "other asset")]),
             "security": [{"apiKey": []}, {}]}},
         "/metrics": {"get": {**op("Prometheus metrics read from PostgreSQL", {"200": {
             "description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},

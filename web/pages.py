@@ -15,6 +15,7 @@ import psycopg
 from flask import abort, g, redirect, request, url_for
 from werkzeug.wrappers import Response
 
+from pipeline.core import kinds
 from pipeline import keys, pauses
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
 from pipeline.core.records import MAX_NOTE
@@ -41,7 +42,7 @@ def guard() -> Response | None:
 
 def template_globals() -> dict:
     return {"csrf_token": csrf_token, "user": g.get("user"), "demo_mode": settings().demo_mode,
-            "bulk_pause": bulk_pause}
+            "bulk_pause": bulk_pause, "kind_of": kinds.get}
 
 
 def bulk_pause() -> dict | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
+from typing import Any
 from datetime import datetime
 from urllib.parse import quote
 
@@ -21,7 +22,7 @@ def clip(text: str) -> str:
 
 # File extensions of the media types we store, for names in bundles and downloads.
 EXTENSIONS = {"image/webp": "webp", "image/png": "png", "image/jpeg": "jpg", "audio/wav": "wav",
-              "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip"}
+              "audio/x-wav": "wav", "audio/mpeg": "mp3", "application/zip": "zip", "video/mp4": "mp4"}
 
 
 def content_disposition(kind: str, name: str) -> str:
@@ -93,3 +94,25 @@ class Asset:
     @classmethod
     def from_row(cls, row: dict) -> "Asset":
         return cls(row["sha256"], row["media_type"], row["size"], row["width"], row["height"], row["duration_ms"])
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a kind's local work (pipeline/core/kinds/, `work`) is given: the worker's connection, the media store,
+    the settings and its claimed task."""
+
+    conn: Any
+    store: Any
+    cfg: Any
+    task: Task
+
+
+@dataclass(frozen=True)
+class Made:
+    """What local work made, besides the file it wrote: its media type and, where it has them, its size in pixels
+    and its length."""
+
+    media_type: str
+    width: int | None = None
+    height: int | None = None
+    duration_ms: int | None = None

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.slow
 QUICKSTART = re.compile(r"<!-- quickstart[^>]*-->\s*```sh\n(.*?)```\s*<!-- /quickstart -->", re.S)
 ALL_SUCCEEDED = ("return document.querySelector('.board-state')?.dataset.running === 'false' && "
                  "[...document.querySelectorAll('.chip')].every((c) => c.dataset.status === 'succeeded')")
-MEDIA_SETTLED = ("return [...document.querySelectorAll('table.board tbody tr:not(.bundle-row) .chip')]"
+MEDIA_SETTLED = ("return [...document.querySelectorAll("
+                 "'table.board tbody tr:not(.bundle-row):not(.video-row) .chip')]"
                  ".every((c) => ['succeeded', 'unknown'].includes(c.dataset.status)) && "
                  "document.querySelectorAll('.chip[data-status=unknown]').length === 1")
 TASK_STATUS = "return document.querySelector('.task-state').dataset.status"

@@ -10,11 +10,12 @@ import pytest
 
 from bin import devstack
 from pipeline import settings
-from pipeline.core import lanes
+from pipeline.core import kinds, lanes
 from pipeline.core.errors import ConfigError
 
-KINDS = {"worker-image": "image", "worker-tts": "tts", "worker-bundle": "bundle"}
-INTERACTIVE = {f"{name}-interactive": kind for name, kind in KINDS.items()}
+KINDS = {f"worker-{kind}": kind for kind in kinds.names()}
+INTERACTIVE = {f"{name}-interactive": kind for name, kind in KINDS.items()
+               if lanes.interactive_workers(settings.load({}), kind)}
 
 
 def argv_of(command: str, env: dict[str, str]) -> list[str]:
@@ -28,7 +29,7 @@ def argv_of(command: str, env: dict[str, str]) -> list[str]:
 def test_the_procfile_lists_the_web_app_one_worker_pool_per_kind_and_the_dispatcher():
     assert [name for name, _ in devstack.read_procfile()] == [
         "web", "worker-image", "worker-image-interactive", "worker-tts", "worker-tts-interactive", "worker-bundle",
-        "worker-bundle-interactive", "worker-webhook", "dispatcher", "batcher"]
+        "worker-bundle-interactive", "worker-video", "worker-webhook", "dispatcher", "batcher"]
 
 
 @pytest.mark.parametrize("name", sorted({**KINDS, **INTERACTIVE}))
@@ -89,7 +90,7 @@ def test_pool_sizes_follow_the_providers_concurrency_and_interactive_slots_unles
 
 
 def test_the_bulk_lane_may_not_take_the_interactive_slots_and_keeps_at_least_one():
-    assert (settings.load({}).image.bulk_slots, settings.load({"IMAGE_MAX_CONCURRENCY": "1"}).image.bulk_slots) == (3, 1)
+    assert (settings.load({}).providers["image"].bulk_slots, settings.load({"IMAGE_MAX_CONCURRENCY": "1"}).providers["image"].bulk_slots) == (3, 1)
     with pytest.raises(ConfigError, match="IMAGE_INTERACTIVE_SLOTS=4 leaves the bulk lane no call slot"):
         settings.load({"IMAGE_INTERACTIVE_SLOTS": "4"})
     with pytest.raises(ConfigError, match="TTS_INTERACTIVE_SLOTS=1 leaves the bulk lane no call slot"):
@@ -104,7 +105,7 @@ def test_worker_pool_sizes_are_validated_like_every_setting():
 
 
 def test_the_bulk_queues_hold_twice_what_the_workers_of_a_kind_can_take_unless_set():
-    assert lanes.bulk_depths(settings.load({})) == {"image": 8, "tts": 8, "bundle": 2}
+    assert lanes.bulk_depths(settings.load({})) == {"image": 8, "tts": 8, "video": 2, "bundle": 2}
     assert lanes.bulk_depths(settings.load({"IMAGE_MAX_CONCURRENCY": "10"}))["image"] == 20
     assert set(lanes.bulk_depths(settings.load({"BULK_QUEUE_DEPTH": "3"})).values()) == {3}
 
