@@ -56,6 +56,7 @@ class Attempt:
     def __init__(self, rt: runtime.Runtime, task: Task, *, reusable: Asset | None = None,
                  holds_input: bool = False, refused: Exception | None = None) -> None:
         self.rt, self.task = rt, task
+        self.kind = kinds.get(task.kind)         # what its kind does: a paid call or local work, a held input
         self.reusable, self.holds_input, self.refused = reusable, holds_input, refused
         self.call: slots.Call | None = None      # what the call took and owes; None until taken
         self.settled = False                     # what the call owes was written
@@ -87,7 +88,7 @@ class Attempt:
                     row = db.one(conn, "tasks_heartbeat", {"task_id": self.task.id,
                                                            "lease_token": self.task.lease_token,
                                                            "lease_seconds": self.rt.settings.lease_seconds})
-                    if kinds.get(self.task.kind).shared:
+                    if self.kind.shared:
                         db.execute(conn, "input_calls_renew", {"fingerprint": self.task.fingerprint,
                                                                "lease_token": self.task.lease_token,
                                                                "hold_seconds": self.rt.settings.lease_seconds})
@@ -233,7 +234,7 @@ def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_i
     if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
         attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
                                   f"{row['refused_message']}; edit the block, or retry the task to send it again")
-    elif stored is None and attempt.holds_input and kinds.get(task.kind).paid:   # local work takes no call
+    elif stored is None and attempt.holds_input and attempt.kind.paid:   # local work takes no call
         try:
             if slots.taken_in_claim(cfg, task.kind):
                 attempt.call = rt.slot_table.taken(task, cfg, row)
@@ -313,7 +314,7 @@ def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset:
     paying, and have the executor do the work: the asset, or None when the call went into a Batch API job instead.
     The call's booking is given back when the error proves it unpaid."""
     task = attempt.task
-    if not kinds.get(task.kind).paid:   # local work: no call, nothing to take
+    if not attempt.kind.paid:   # local work: no call, nothing to take
         return rt.executor.execute(task, slots.Call())
     if attempt.call is None:
         try:
@@ -341,7 +342,7 @@ def _run(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]]:
     try:
         if attempt.refused is not None:
             raise attempt.refused
-        settled = (_hold_input(rt, attempt) if kinds.get(task.kind).shared and not attempt.holds_input
+        settled = (_hold_input(rt, attempt) if attempt.kind.shared and not attempt.holds_input
                    else None)
         if settled:
             return settled

@@ -65,8 +65,7 @@ def build_providers(cfg: Settings) -> dict[str, Provider]:
         raise ConfigError(str(exc)) from exc
 
 
-def request_for(task: Task, seconds_left: float | None = None) -> GenerateRequest:
-    kind = kinds.get(task.kind)
+def request_for(task: Task, kind: kinds.Kind, seconds_left: float | None = None) -> GenerateRequest:
     text, params = kind.request(task.input)
     return GenerateRequest(kind.medium, text, params, task.idempotency_key, seconds_left)
 
@@ -100,8 +99,8 @@ class ProviderExecutor:
         kind = kinds.get(task.kind)
         if not kind.paid:
             return self._make(task, kind)
-        request = request_for(task, seconds_left=(min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
-                                                  - datetime.now(timezone.utc)).total_seconds())
+        request = request_for(task, kind, (min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
+                                           - datetime.now(timezone.utc)).total_seconds())
         return self._call(task, self.providers[task.kind], self.cfg.providers[task.kind], request, call)
 
     def _make(self, task: Task, kind: kinds.Kind) -> Asset:
