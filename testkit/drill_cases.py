@@ -366,9 +366,11 @@ def repeated_scan(d: Drill) -> None:
                                (image["id"],)).fetchone()["n"]
     d.check(pending == 1, f"{pending} pending outbox rows for the lost message after three scans")
     d.observe(f"3 scans, {pending} pending outbox row")
+    # a worker listening before the message goes out again: one started after would, on a busy machine, take longer
+    # than LOST_DISPATCH_SECONDS (2 s here) to claim it, and the reconciler would rightly send it a third time
+    d.system.listening(d.system.start_worker("image"))
     d.restart("dispatcher")
     d.restart("reconciler")
-    d.system.start_worker("image")
     d.all_succeeded()
     with d.db() as conn:
         sent = conn.execute("SELECT count(*) AS n FROM outbox WHERE task_id = %s AND sent_at IS NOT NULL",

@@ -51,6 +51,48 @@ OWNER = "mediapipe_owner"   # the role every test database belongs to: not a sup
 OWNER_PASSWORD = "owner-password-for-tests-0123"
 
 
+# A test that starts processes or servers of its own (or is marked slow) runs for seconds to a minute: see
+# pytest_collection_modifyitems.
+STARTS_PROCESSES = {"system", "stack", "make_stack", "machines", "workers", "served"}
+# Modules whose tests share servers or processes of module scope: under -n their tests go to one process together,
+# told apart by what this gives of the rest of their node ids. (xdist_group marks would say it in the module, but
+# xdist 3.8 no longer reads them under pytest 9.2: pytest-dev/pytest-xdist#1386.)
+ONE_PROCESS = {
+    "tests/acceptance/test_servers.py": lambda name: name.partition("[")[2][:2],   # each PostgreSQL major's server
+    "tests/acceptance/faults/test_matrix_one_stack.py": lambda name: "",            # the rows' shared stack
+}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """The long tests first: the acceptance tests, those marked slow and those that start processes, then the rest,
+    each part in the collection's order. In parallel runs every long test is then under way before the first short
+    one, and the short ones fill the processes' ends, instead of a long test starting last and ending the run
+    alone (with the scheduler below)."""
+    def short(item) -> bool:
+        return not (item.nodeid.startswith("tests/acceptance/") or item.get_closest_marker("slow")
+                    or STARTS_PROCESSES & set(item.fixturenames))
+    items.sort(key=short)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under -n (xdist's "load"): a process takes the next unit of work as it frees up, a unit being one test or a
+    module of ONE_PROCESS (per its part), the modules first, then the tests in the order above. xdist's own "load"
+    hands each process a quarter of its share of consecutive tests at the start, so with the long tests first one
+    process would get most of them; --dist loadfile, loadscope or worksteal still pick xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneTestOrSharedModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path, _, name = nodeid.partition("::")
+            part = ONE_PROCESS.get(path)
+            return nodeid if part is None else f"{path} {part(name)}"
+    return OneTestOrSharedModule(config, log)
+
+
 def pytest_addoption(parser):
     parser.addoption("--screenshots", metavar="DIR", default=None,
                      help="write the browser test's screenshots to DIR (docs/screenshots refreshes the docs)")

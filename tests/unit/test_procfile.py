@@ -55,6 +55,7 @@ def test_the_webhook_pool_runs_our_webhook_workers_on_their_own_queue_sized_by_t
         assert argv[argv.index("-n") + 2:] == ["webhook"]
 
 
+@pytest.mark.slow   # nine shells, six of them starting bin/workers
 def test_no_procfile_line_carries_a_secret_on_its_command_line():
     # `ps` shows every process's argv to every user of the machine: a password there is a password given away
     env = {"REDIS_URL": "redis://app:s3cret-redis@127.0.0.1:6379/0", "PORT": "8000",
@@ -64,6 +65,7 @@ def test_no_procfile_line_carries_a_secret_on_its_command_line():
         assert not any("s3cret" in arg for arg in argv), (name, argv)
 
 
+@pytest.mark.slow   # six shells, each starting bin/workers
 @pytest.mark.parametrize("env, sizes", [
     ({}, {"worker-image": 3, "worker-image-interactive": 1, "worker-tts": 3, "worker-tts-interactive": 1}),
     ({"IMAGE_MAX_CONCURRENCY": "6", "TTS_MAX_CONCURRENCY": "1"},

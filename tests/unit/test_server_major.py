@@ -1,6 +1,6 @@
 """What depends on the PostgreSQL major is marked, so bin/test runs it on every major we promise (15 to 18).
 
-bin/test runs the whole suite once on 18, then only the tests marked `server_major` on 15, 16 and 17. A test that
+bin/test runs the whole suite once on 18 and, beside it, only the tests marked `server_major` on 15, 16 and 17. A test that
 needs the other majors but lacks the mark would pass on 18 alone and no one would know; this test keeps the list
 honest. The rule, read from a test module's text (integration and acceptance tests: unit tests reach no server):
 

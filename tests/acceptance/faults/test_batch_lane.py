@@ -170,9 +170,15 @@ def test_an_expired_batch_keeps_what_it_finished_and_sends_the_rest_again_withou
     assert [r["attempts"] for r in image_rows] == [1, 1, 1, 1]   # the lines it never ran spent no attempt
     with system.db() as conn:
         outcomes = conn.execute("SELECT outcome, count(*)::int AS n FROM batch_lines GROUP BY 1").fetchall()
+        in_expired = conn.execute("SELECT l.outcome, count(*)::int AS n FROM batch_lines l JOIN image_batches b "
+                                  "ON b.id = l.batch_id WHERE b.provider_status = 'expired' GROUP BY 1").fetchall()
         charged = conn.execute("SELECT count(*)::int AS n FROM provider_calls WHERE cost > 0 AND batch_id IS NOT NULL"
                                ).fetchone()["n"]
-    assert {r["outcome"]: r["n"] for r in outcomes} == {"succeeded": 4, "requeued": 2}
+    # the expired batch ran two lines and sent back the rest: two of the four, or one when the lines reached the
+    # batcher in two gatherings (three, then one); every line sent back ran once later
+    expired = {r["outcome"]: r["n"] for r in in_expired}
+    assert expired["succeeded"] == 2 and set(expired) == {"succeeded", "requeued"}, expired
+    assert {r["outcome"]: r["n"] for r in outcomes} == {"succeeded": 4, "requeued": expired["requeued"]}
     assert charged == 4
 
 

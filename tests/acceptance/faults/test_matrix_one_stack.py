@@ -4,8 +4,9 @@ A whole stack (gunicorn, the dispatcher, a reconciler loop, one worker per kind,
 CPU to start, and each of these rows then runs in about one. So they share a stack and its fake provider, each on
 a content of its own whose texts no other row saves (an input made before would be reused, not called); between
 rows the stack is left idle: no media task waiting or running, no call in flight, the fake's scripts and
-counters forgotten. The rows that kill a process, stop Redis, restart PostgreSQL or need other settings start
-stacks of their own (test_matrix.py, test_drills.py).
+counters forgotten. Under -n the module's tests go to one process (tests/conftest.py, ONE_PROCESS), so the stack
+starts once. The rows that kill a process, stop Redis, restart PostgreSQL or need other settings start stacks of
+their own (test_matrix.py, test_drills.py).
 """
 
 import pytest
@@ -16,8 +17,6 @@ from pipeline.core.states import PENDING
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 from testkit.helpers import lesson, wait_until
 from testkit.system import System, settle, start_stack, stop_stack, system_env
-
-pytestmark = pytest.mark.xdist_group("faults-one-stack")   # bin/test: the module's tests on one process
 
 
 @pytest.fixture(scope="module")
