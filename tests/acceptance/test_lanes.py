@@ -21,7 +21,8 @@ from bin.embedded import free_port
 from pipeline.db import connect
 from testkit.stack import DevStack, descendants, fake_provider, ideal_seconds, lesson, provider_env
 
-pytestmark = pytest.mark.slow
+# wall-clock bounds against the ideal the providers' latency allows: bin/test runs them alone, before the rest
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 BLOCKS, LIMIT, IMAGE_SECONDS, SPEECH_SECONDS, BACKLOG = 12, 4, 2.0, 1.0, 50
 
