@@ -27,18 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def sign_in(browser, server: str, key: str) -> None:
-    """Sign in with an API key on the sign-in page, as a person does."""
-    browser.open(f"{server}/signin")
-    browser.type('input[name="api_key"]', key)
-    browser.click('form button[type="submit"]')
-    browser.wait_for("return location.pathname === '/'", timeout=10, message="signed in")
-
-
 def test_an_editor_signs_in_creates_a_lesson_watches_it_complete_approves_and_downloads(
         chromium, server, workers, tokens, shots):
     browser = chromium
-    sign_in(browser, server, tokens["admin"])
+    browser.sign_in(server, tokens["admin"])
 
     # create a two-block lesson; the second block is added with the editor's button
     browser.open(f"{server}/contents/new")
@@ -100,7 +92,7 @@ def wait_complete(browser, timeout: float = 90) -> None:
 def test_a_reviewer_compares_regenerates_rejects_withdraws_and_works_through_the_attention_page(
         chromium, server, workers, tokens, shots):
     browser, key = chromium, tokens["admin"]
-    sign_in(browser, server, key)
+    browser.sign_in(server, key)
     # given: a lesson made, then a second version with one block changed
     lesson = {"title": "校园生活", "locale": "zh-CN", "blocks": [
         {"key": "b1", "text": "早上七点，我背着书包去学校。"}, {"key": "b2", "text": "下课以后，我们去操场打篮球。"}]}
@@ -187,7 +179,7 @@ def test_an_operator_reads_why_a_task_is_stuck_behind_a_dependency_and_behind_a_
     image, bundle = next(r["id"] for r in rows if r["kind"] == "image"), next(r["id"] for r in rows
                                                                               if r["kind"] == "bundle")
     browser = chromium
-    sign_in(browser, server, tokens["admin"])
+    browser.sign_in(server, tokens["admin"])
 
     # no worker yet: the bundle waits for its image, and says which
     browser.open(f"{server}/tasks/{bundle}")

@@ -25,10 +25,7 @@ def test_after_a_consented_retry_the_task_page_turns_succeeded_without_a_reload(
     work.until_idle()
     assert api.get(f"/api/tasks/{image['id']}").json["status"] == "unknown"
     browser = chromium
-    browser.open(f"{server}/signin")
-    browser.type('input[name="api_key"]', tokens["editor"])
-    browser.click('form button[type="submit"]')
-    browser.wait_for("return location.pathname === '/'", timeout=10, message="signed in")
+    browser.sign_in(server, tokens["editor"])
     browser.open(f"{server}/tasks/{image['id']}")
     assert browser.script(STATUS) == "unknown"
     assert browser.script(f"return {ERROR} !== null")

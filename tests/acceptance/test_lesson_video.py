@@ -89,10 +89,7 @@ def test_a_lesson_is_delivered_with_its_narrated_video_and_plays_with_captions_o
 
     # and on the board, the video plays with its captions
     browser = chromium
-    browser.open(f"{server}/signin")
-    browser.type('input[name="api_key"]', tokens["admin"])
-    browser.click('form button[type="submit"]')
-    browser.wait_for("return location.pathname === '/'", timeout=10, message="signed in")
+    browser.sign_in(server, tokens["admin"])
     browser.open(f"{server}/contents/{created['content_id']}/versions/1")
     browser.wait_for("const v = document.querySelector('video[data-lesson-video]');"
                      "return v && v.readyState >= 1", timeout=20, message="the video's metadata loaded")
