@@ -147,7 +147,10 @@ def _captions(sha256: str, asset: dict, cache: str) -> Response:
     if asset["media_type"] != "video/mp4":
         abort(404, description="only a lesson video has captions")
     from pipeline import video   # FFmpeg's libraries load only when captions are asked for
-    response = Response(video.webvtt(video.captions(b"".join(storage.asset_chunks(settings(), sha256)))),
+    chunks = storage.asset_chunks(settings(), sha256)
+    if chunks is None:
+        abort(404, description="no such media")
+    response = Response(video.webvtt(video.captions(b"".join(chunks))),
                         mimetype="text/vtt")
     response.headers["Cache-Control"] = cache
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -202,8 +205,10 @@ def sign_delivery(doc: dict) -> dict:
         for label in (kind.medium for kind in kinds.media()):
             if label in block and block[label].get("sha256"):
                 block[label]["url"] = signed_url(block[label]["sha256"], expires, content_id, version)
-    if doc.get("video", {}).get("sha256"):   # the lesson video, and its captions (the same link, ?captions=vtt)
-        doc["video"]["url"] = signed_url(doc["video"]["sha256"], expires, content_id, version)
+    for label in (kind.medium for kind in kinds.every() if kind.delivered and not kind.per_block):
+        if doc.get(label, {}).get("sha256"):   # the version's own media (the lesson video)
+            doc[label]["url"] = signed_url(doc[label]["sha256"], expires, content_id, version)
+    if doc.get("video", {}).get("captions"):   # its captions: the same link, ?captions=vtt
         doc["video"]["captions_url"] = doc["video"]["url"] + "&" + urlencode({"captions": "vtt"})
     if doc["bundle"].get("sha256"):
         doc["bundle"]["file_name"] = content_download_name(doc["title"], doc["version"])

@@ -62,9 +62,6 @@ class Kind:
         them makes it (no second call, no second render) and reused once made. A stamped input never is."""
         return not self.stamped
 
-    def ref(self, block_key: str | None) -> str:
-        return f"{self.name}:{block_key or ''}"
-
 
 _REGISTRY: dict[str, Kind] = {}
 BUILT_IN = ("pipeline.core.kinds.image", "pipeline.core.kinds.tts", "pipeline.core.kinds.video",

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from pipeline.video import Scene, render, webvtt
+from testkit.videocheck import frame_at
 
 COLORS = [(220, 30, 30), (30, 200, 30), (30, 30, 220)]
 SECONDS = [1.3, 2.1, 0.7]
@@ -51,15 +52,6 @@ def picture(color: tuple[int, int, int], size: tuple[int, int] = (1024, 1024)) -
     return buf.getvalue()
 
 
-def frame_at(path, seconds: float) -> Image.Image:
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        for frame in container.decode(stream):
-            if frame.time + 1e-6 >= seconds:
-                return frame.to_image()
-    raise AssertionError(f"no frame at {seconds} s")
-
-
 def test_a_video_lasts_as_long_as_its_narrations_and_shows_each_blocks_picture_during_its_narration(tmp_path):
     scenes = [Scene(picture(COLORS[0]), wav(SECONDS[0]), "The river"),
               Scene(picture(COLORS[1], (1536, 1024)), opus(SECONDS[1]), "carries <stones> & sand -->"),
@@ -74,7 +66,7 @@ def test_a_video_lasts_as_long_as_its_narrations_and_shows_each_blocks_picture_d
         assert container.streams.audio[0].duration * container.streams.audio[0].time_base == pytest.approx(
             sum(SECONDS), abs=0.05)
     for cue, color in zip(made.cues, COLORS):
-        middle = frame_at(out, (cue.start + cue.end) / 2)
+        middle = frame_at(out.read_bytes(), (cue.start + cue.end) / 2)
         assert all(abs(a - b) < 12 for a, b in zip(middle.getpixel((320, 180)), color)), (cue, color)
     assert [(round(c.start, 2), round(c.end, 2)) for c in made.cues] == [(0, 1.3), (1.3, 3.4), (3.4, 4.1)]
     captions = webvtt(made.cues)
