@@ -158,6 +158,20 @@ def _write_atomically(path: Path, write) -> None:
 UNDATED = datetime(1970, 1, 1, tzinfo=timezone.utc)   # the creation date of a catalog whose file names none
 
 
+# The catalogs this process has compiled or found compiled: .po -> (its stat, the .mo's stat) at that moment. Each
+# app compiles on creation, and compiling both catalogs cost 0.17 s of CPU: a process making apps again (gunicorn's
+# workers, forked from one that made one; a test making one per test) reads them again only when a file changed.
+_CURRENT: dict[Path, tuple[tuple[int, int], tuple[int, int]]] = {}
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
 def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
     """Compile every `.po` under `folder` into the `.mo` beside it, writing only those that differ.
 
@@ -166,6 +180,10 @@ def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
     """
     written = []
     for po in sorted(folder.glob("*/LC_MESSAGES/*.po")):
+        mo = po.with_suffix(".mo")
+        if _CURRENT.get(po) == (_stat(po), _stat(mo)):
+            continue
+        po_stat = _stat(po)   # before the read: a change after it is seen next time
         source = po.read_bytes()
         catalog = read_po(io.BytesIO(source), locale=po.parts[-3])
         if b"POT-Creation-Date:" not in source:
@@ -174,8 +192,8 @@ def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
             catalog.creation_date = UNDATED
         compiled = io.BytesIO()
         write_mo(compiled, catalog)
-        mo = po.with_suffix(".mo")
         if mo.is_file() and mo.read_bytes() == compiled.getvalue():
+            _CURRENT[po] = (po_stat, _stat(mo))
             continue
         try:
             _write_atomically(mo, lambda out, data=compiled.getvalue(): out.write(data))
@@ -184,6 +202,7 @@ def compile_catalogs(folder: Path = TRANSLATIONS) -> list[Path]:
                               f"{TRANSLATIONS} when it starts, so that folder must be writable by it (or "
                               "start the app once where it is, before making it read-only)") from exc
         written.append(mo)
+        _CURRENT[po] = (po_stat, _stat(mo))
     return written
 
 

@@ -137,6 +137,13 @@ def test_catalogs_are_compiled_from_the_po_files_and_only_rewritten_when_they_di
     with zh.with_suffix(".mo").open("rb") as mo:
         assert Translations(mo).gettext("Sign out") == "登出"
     assert i18n.compile_catalogs(folder) == []
+    # and a compiled catalog changed or removed behind this process's back is written again, though its .po is not
+    zh.with_suffix(".mo").write_bytes(b"not a catalog")
+    en = folder / "en" / "LC_MESSAGES" / "messages.mo"
+    en.unlink()
+    assert sorted(i18n.compile_catalogs(folder)) == sorted([en, zh.with_suffix(".mo")])
+    with zh.with_suffix(".mo").open("rb") as mo:
+        assert Translations(mo).gettext("Sign out") == "登出"
 
 
 def test_the_app_starts_with_compiled_catalogs(app):
