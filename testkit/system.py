@@ -26,6 +26,7 @@ import requests
 from pipeline import settings as settings_mod
 from pipeline.db import connect
 from pipeline.core.lanes import worker_queues
+from testkit import forkserver
 from testkit.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +49,8 @@ def _die_with_pytest() -> None:
 class System:
     env: dict[str, str]
     logs: Path
-    workers: list[subprocess.Popen] = field(default_factory=list)
-    starting: list[subprocess.Popen] = field(default_factory=list)   # workers not yet seen listening
+    workers: list[forkserver.Forked] = field(default_factory=list)
+    starting: list[forkserver.Forked] = field(default_factory=list)   # workers not yet seen listening
 
     @property
     def cfg(self) -> settings_mod.Settings:
@@ -62,19 +63,19 @@ class System:
     def db(self) -> psycopg.Connection:
         return connect(self.env["DATABASE_URL"], autocommit=True)
 
-    def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
-        log = open(self.logs / f"{name}-{len(self.workers)}.log", "ab")
+    def _spawn(self, argv: list[str], name: str) -> forkserver.Forked:
+        """`python *argv` as a process of its own, its output in the system's logs; forked from the fork server,
+        which has the app imported (testkit/forkserver.py)."""
         env = {**os.environ, **self.env, "PYTHONPATH": str(ROOT)}
-        return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_pytest)
+        return forkserver.spawn(argv, env, ROOT, self.logs / f"{name}-{len(self.workers)}.log")
 
-    def start_worker(self, queue: str) -> subprocess.Popen:
+    def start_worker(self, queue: str) -> forkserver.Forked:
         proc = self._spawn(rq_worker_argv(queue), f"worker-{queue}")
         self.workers.append(proc)
         self.starting.append(proc)
         return proc
 
-    def listening(self, *procs: subprocess.Popen, timeout: float = 60) -> None:
+    def listening(self, *procs: forkserver.Forked, timeout: float = 60) -> None:
         """Until each of these worker processes has registered with RQ (started, and about to take a job)."""
         import redis as redis_mod
         from rq import Worker
@@ -210,7 +211,7 @@ class System:
             return conn.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                                 "AND datname = current_database()").fetchone()["n"]
 
-    def sessions_of(self, proc: subprocess.Popen) -> list[int]:
+    def sessions_of(self, proc: forkserver.Forked) -> list[int]:
         """The database sessions (backend pids) a live process of ours has open, found by its TCP ports."""
         ports = client_ports(proc.pid)
         with self.db() as conn:
@@ -242,7 +243,7 @@ def client_ports(pid: int) -> set[int]:
     return ports
 
 
-def kill(proc: subprocess.Popen) -> None:
+def kill(proc: forkserver.Forked) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
 
