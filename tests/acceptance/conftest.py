@@ -1,15 +1,16 @@
-"""Fixtures of the browser tests: headless Chromium, where screenshots go, and one RQ worker process per queue."""
+"""Fixtures of the browser tests: headless Chromium, where screenshots go, and one RQ worker process per queue
+(forked from the fork server, which has the app imported: testkit/forkserver.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.core import kinds
+from testkit import forkserver
 from testkit.system import rq_worker_argv
 from testkit.webapp import TEST_ENV
 from testkit.webdriver import Chromium, Unavailable
@@ -41,9 +42,7 @@ def workers(database_url, redis_url, media_dir, tmp_path):
     """One RQ worker process per queue, as the Procfile runs them, with the local providers."""
     env = {**os.environ, **TEST_ENV, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
            "MEDIA_DIR": str(media_dir), "PYTHONPATH": str(ROOT)}
-    log = (tmp_path / "workers.log").open("w")
-    started = [subprocess.Popen([sys.executable, *rq_worker_argv(queue)], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT) for queue in kinds.names()]
+    started = [forkserver.spawn(rq_worker_argv(queue), env, ROOT, tmp_path / "workers.log") for queue in kinds.names()]
     yield started
     for process in started:
         process.terminate()
@@ -53,4 +52,3 @@ def workers(database_url, redis_url, media_dir, tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    log.close()
