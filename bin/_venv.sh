@@ -16,7 +16,7 @@ stamp="$VENV/.requirements.sha256"
 want="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/requirements.lock" "$ROOT/requirements-dev.lock" \
   | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps --no-compile \
     -r "$ROOT/requirements-dev.lock"
   echo "$want" > "$stamp"
 fi
