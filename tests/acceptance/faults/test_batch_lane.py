@@ -188,7 +188,9 @@ def test_an_expired_batch_keeps_what_it_finished_and_sends_the_rest_again_withou
 
 
 def test_a_batch_that_fails_validation_sends_every_line_back_with_the_reason(system, fake):
-    system = system.with_env(**BATCH)
+    # the three lines are sent when all three are in, the first time and when they come back: gathered as they came,
+    # a loaded machine's run sent them in three batches
+    system = system.with_env(**{**BATCH, "IMAGE_BATCH_MAX_LINES": "3", "IMAGE_BATCH_GATHER_SECONDS": "300"})
     fake.batch.script.fail_validation = 1
     content = bulk_lesson(system, blocks=3)
     start(system)
