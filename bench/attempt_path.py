@@ -3,7 +3,7 @@
 had already left.
 
 A one-block lesson is saved on throw-away servers (embedded PostgreSQL and Valkey) with the local providers; its
-image task's RQ job function (`pipeline.attempt.run_task`) runs once in this process, traced with
+image task's RQ job function (`pipeline.message.run_task`) runs once in this process, traced with
 `sys.setprofile`. Every call and return that crosses from one of our modules (pipeline/, receipts/, providers/)
 to another is a step; the path is the sequence of modules the steps land in. Printed: the modules entered, the
 steps, and the calls back into a module already entered and left (not one still on the stack waiting for an
@@ -93,7 +93,7 @@ def main() -> int:
                 task_id = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = %s",
                                        (saved.content_id, args.kind)).fetchone()["id"]
                 dispatch.send_due(conn, rt.redis)
-            from pipeline.attempt import run_task
+            from pipeline.message import run_task
             run_task(task_id)   # once untraced: the imports and the first connections are not the attempt's way
             with connect(pg.url(), autocommit=True) as conn:
                 again = versions.save(conn, draft(1, prefix="again"), cfg, actor="bench")

@@ -327,7 +327,7 @@ WORKER_SCRIPT = str(ROOT / "bench" / "instant_worker.py")
 
 def worker_argv(kind: str, worker_class: str, name: str, *, queues: Sequence[str] = QUEUES, burst: bool = False,
                 extra: Sequence[str] = ()) -> list[str]:
-    """argv of a bench worker: kind "engine" runs pipeline.attempt.run_task with the instant provider,
+    """argv of a bench worker: kind "engine" runs pipeline.message.run_task with the instant provider,
     kind "plain" is a plain RQ worker (for bench.jobs functions)."""
     argv = [WORKER_SCRIPT, "--kind", kind, "--class", worker_class, "--name", name, "--queues", ",".join(queues)]
     return argv + (["--burst"] if burst else []) + list(extra)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An RQ worker process for the benchmarks.
 
-`--kind engine` runs the real job (`pipeline.attempt.run_task`) through the real `ProviderExecutor`
+`--kind engine` runs the real job (`pipeline.message.run_task`) through the real `ProviderExecutor`
 (provider slots and rate in PostgreSQL, fsynced intent and result receipts, the asset stored in the
 content-addressed media store, the call ledger), with one change: the providers answer at once,
 in process, with a few hundred bytes unique to the request; with `--class simple` (the default) it is the

@@ -2,7 +2,7 @@
 """Two checkouts of this repository side by side, in lockstep: what one media task costs the engine itself.
 
 Each checkout runs in a process of its own, on its own PostgreSQL and Valkey, and does tasks through its
-real job (the one its `pipeline.dispatch.JOB_FUNC` names, `pipeline.attempt.run_task` today) and executor
+real job (the one its `pipeline.dispatch.JOB_FUNC` names, `pipeline.message.run_task` today) and executor
 with an instant in-process provider (bench/instant_worker.py), called directly: RQ's own loop, the same
 for both, is left out. The two take turns, one batch each, the order alternating from round to round, so
 both meet the same machine; the result is each one's median wall time, CPU and PostgreSQL's CPU per task and

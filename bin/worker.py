@@ -1,7 +1,7 @@
 """The RQ worker class of the Procfile's pools: `rq worker-pool -w bin.worker.Worker -n N QUEUES...`.
 
 The worker's entry point, beside the other commands. Each job it takes runs
-`pipeline.attempt.run_task` (the execution path is described there). RQ's own command line
+`pipeline.message.run_task` (the execution path is described there). RQ's own command line
 starts the processes; this class only changes what a worker does before its first job
 (docs/decisions.md, "Worker pools"):
 
@@ -15,7 +15,7 @@ starts the processes; this class only changes what a worker does before its firs
   waits for no connection either. A database that cannot be reached yet is not fatal: the job
   connects (and retries) as before.
 * A worker started while Redis is away waits for it (`wait_for_redis`) instead of exiting.
-* Messages are JSON, and a message that names anything but `pipeline.attempt.run_task(*task_ids)` is refused
+* Messages are JSON, and a message that names anything but `pipeline.message.run_task(*task_ids)` is refused
   without running (`refused`): whoever can write to Redis cannot run code on the workers. Nor can a message
   make a worker send HTTP requests: one that asks for RQ 3's webhooks is refused, and a refusal sends none.
 * No RQ scheduler: due times live in the outbox (pipeline/dispatch.py), nothing is scheduled
@@ -35,7 +35,7 @@ from rq.worker import SimpleWorker
 
 from PIL import Image
 
-from pipeline import attempt, dispatch, runtime, tracing  # noqa: F401 - imported before the pool forks (see above)
+from pipeline import attempt, dispatch, message, runtime, tracing  # noqa: F401 - imported before the pool forks (see above)
 from pipeline import executor  # noqa: F401 - the executor, likewise
 from pipeline import webhook_delivery, webhooks
 from pipeline.core.errors import ConfigError
@@ -58,7 +58,7 @@ def warm_up() -> None:
 
 
 def refused(job, runs: str = dispatch.JOB_FUNC, most: int = MOST_PER_MESSAGE) -> str | None:
-    """Why a message may not run, or None: it must be exactly ours, `runs` (`pipeline.attempt.run_task`, or the
+    """Why a message may not run, or None: it must be exactly ours, `runs` (`pipeline.message.run_task`, or the
     webhook pool's `pipeline.webhook_delivery.deliver`) with one to `most` integer ids, asking RQ for nothing else:
     no callback (RQ imports and calls the dotted path a job names), no webhook (RQ 3 sends it when the job ends),
     no dependency, no retry or repeat (RQ would enqueue the job again by itself)."""

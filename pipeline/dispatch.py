@@ -37,7 +37,7 @@ from pipeline.core.lanes import BULK, INTERACTIVE, bulk_depths, queue_name, task
 from pipeline.log import log
 from pipeline.settings import Settings
 
-JOB_FUNC = "pipeline.attempt.run_task"   # the one function a message may name (bin/worker.py refuses any other)
+JOB_FUNC = "pipeline.message.run_task"   # the one function a message may name (bin/worker.py refuses any other)
 SERIALIZER = JSONSerializer           # never pickle: a pickle in Redis would run code on every worker that reads it
 STUCK_AFTER = 3   # send attempts after which an unsent row counts as stuck (/metrics: mediapipe_outbox_stuck)
 RESULT_TTL = 60   # seconds a finished RQ job's record is kept (PostgreSQL holds the outcome)

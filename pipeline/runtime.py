@@ -1,6 +1,6 @@
 """What a worker process keeps between jobs: settings, the executor, and kept connections.
 
-RQ imports `pipeline.attempt.run_task` by dotted path; the job asks `current()` for
+RQ imports `pipeline.message.run_task` by dotted path; the job asks `current()` for
 the process's runtime, built once from the environment (or installed by tests).
 Connections are reopened when PostgreSQL restarted under them.
 

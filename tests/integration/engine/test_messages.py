@@ -10,7 +10,7 @@ import redis
 from rq import Queue
 
 from bin.worker import Worker
-from pipeline import attempt, dispatch, versions
+from pipeline import dispatch, message, versions
 from pipeline.db import connect
 from testkit.helpers import draft, task_rows, work_burst
 
@@ -120,7 +120,7 @@ def test_a_task_whose_run_raises_fails_the_job_and_gives_back_the_rest(conn, cfg
 
     def broken(*args, **kwargs):
         raise RuntimeError("the log could not be written")
-    monkeypatch.setattr("pipeline.attempt.claim", broken)
+    monkeypatch.setattr("pipeline.message.claim", broken)
     one_job(client)
     assert job.get_status(refresh=True) == "failed"
     assert carried(client)[1:] == [(b,), (c,)]
@@ -154,7 +154,7 @@ def test_a_task_claimed_with_a_success_that_found_its_lease_lost_still_runs(conn
         with connect(cfg.database_url, autocommit=True) as other:
             other.execute("UPDATE tasks SET lease_token = gen_random_uuid() WHERE id = %s", (task.id,))
     executor.script[a] = [lease_taken]
-    assert attempt.run_task(a, b, c) == "lease_lost succeeded succeeded"
+    assert message.run_task(a, b, c) == "lease_lost succeeded succeeded"
     assert executor.calls == [a, b, c]
     assert {r["id"]: r["status"] for r in task_rows(cfg.database_url) if r["kind"] == "image"} == {
         a: "running", b: "succeeded", c: "succeeded"}

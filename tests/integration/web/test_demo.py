@@ -139,7 +139,7 @@ def test_the_readme_seed_call_without_a_key_works_only_in_demo_mode_from_loopbac
 
 
 def test_a_demo_fault_strikes_only_its_own_lessons_tasks(app, api, real_work, conn):
-    from pipeline import attempt
+    from pipeline import message
 
     # given: a demo job whose first image is to be refused for good, and an editor's lesson saved after it
     job = api.post("/api/jobs", json={"theme": "旅行", "scenario": "permanent_error"}, role="editor").json
@@ -147,7 +147,7 @@ def test_a_demo_fault_strikes_only_its_own_lessons_tasks(app, api, real_work, co
     other_image = next(t for t in api.get(other["status_url"]).json["tasks"] if t["kind"] == "image")
     # when: the editor's image is made first
     runtime.install(real_work.rt)
-    assert attempt.run_task(other_image["id"]) == "succeeded"
+    assert message.run_task(other_image["id"]) == "succeeded"
     # then: the fault waits for its own lesson
     assert armed(app) == ["permanent_error"]
 
