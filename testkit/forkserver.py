@@ -183,6 +183,10 @@ def serve(sock: socket.socket) -> dict | None:
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    # as a Python started from a terminal has it, however the suite was started (a shell's `cmd &`
+                    # ignores SIGINT, and an ignored signal stays ignored down every fork: a pool's worker still
+                    # starting then ignored the pool's stop and took a job)
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
                     selector.close()
                     sock.close()
                     os.close(wake_r)

@@ -28,6 +28,7 @@ from pipeline.db import connect
 from pipeline.core.lanes import worker_queues
 from testkit import forkserver
 from testkit.helpers import wait_until
+from testkit.stack import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,8 +139,15 @@ class System:
         return result
 
     def stop(self) -> None:
+        """Kill every process the system started, and what they started (a pool's workers would outlive their
+        pool, and take the next test's jobs from this Valkey)."""
         for proc in self.workers:
             if proc.poll() is None:
+                for pid in descendants(proc.pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 proc.send_signal(signal.SIGCONT)
                 proc.kill()
         for proc in self.workers:

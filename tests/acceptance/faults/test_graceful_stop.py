@@ -6,6 +6,8 @@ import signal
 import threading
 
 import pytest
+import redis
+from rq import Worker
 
 from testkit.fakeprovider import Behaviour
 from testkit.helpers import wait_until
@@ -23,6 +25,11 @@ def test_sigterm_mid_call_lets_the_call_finish_once_and_the_task_succeed(system,
     _, image_id = system.save_lesson()
     system.dispatch()
     wait_until(lambda: fake.in_flight("image") == 1, timeout=30, message="the image call in flight")
+    # every worker of the pool started (the stop is of a running pool, not one still starting its workers)
+    client = redis.Redis.from_url(system.env["REDIS_URL"])
+    wait_until(lambda: len(Worker.all(connection=client)) == (2 if command == "worker-pool" else 1), timeout=30,
+               message="the pool's workers registered")
+    client.close()
     # when: the platform stops the worker; more work arrives; the provider answers 2 s later
     worker.send_signal(signal.SIGTERM)
     _, queued_id = system.save_lesson(prefix="later")
