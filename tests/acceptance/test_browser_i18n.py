@@ -65,7 +65,9 @@ def walk(browser, server: str, shots, lang: str) -> None:
     assert says["explains"] in text_of(browser)
     browser.screenshot(shots / f"task-unknown-{lang}.png")
 
-    # the consent step: without the box ticked the browser does not send the retry, and says why in our words
+    # the consent step: without the box ticked the browser does not send the retry, and says why in our words (once
+    # the page's script has run: before it, the browser's own words; a loaded machine's run clicked before it)
+    browser.wait_for("return document.readyState === 'complete'", timeout=10, message="the task page's script run")
     browser.click("form button.warn")
     assert browser.current_path() == task_path
     box = "document.querySelector('input[name=accept_duplicate_risk]')"

@@ -124,10 +124,14 @@ def test_a_receiver_gets_every_event_once_signed_through_failures_and_killed_sen
                           message="the held message recorded")[0]
         wait_until(lambda: len([m for m in receiver.messages() if m.webhook_id == held.webhook_id]) >= 2, timeout=60,
                    message=f"the message sent again after the worker died\n{stack.tail()}")
-        with connect(database_url, autocommit=True) as conn:
-            outcomes = [r["outcome"] for r in conn.execute(
-                "SELECT outcome FROM webhook_attempts WHERE delivery_id = %s ORDER BY id",
-                (int(held.webhook_id.removeprefix("msg_")),)).fetchall()]
+        def attempts() -> list[str]:
+            with connect(database_url, autocommit=True) as conn:
+                return [r["outcome"] for r in conn.execute(
+                    "SELECT outcome FROM webhook_attempts WHERE delivery_id = %s ORDER BY id",
+                    (int(held.webhook_id.removeprefix("msg_")),)).fetchall()]
+        # the sender writes its attempt once the receiver's answer is read: after the receiver has recorded it
+        outcomes = wait_until(lambda: found if len(found := attempts()) >= 2 else None, timeout=30,
+                              message="the second attempt written")
         assert outcomes == ["lost", "delivered"]
 
         # when the dispatcher is killed while its enqueue waits (Redis takes no writes), the message comes all the same
