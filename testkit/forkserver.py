@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PRELOAD = ("rq.cli", "bin.worker", "bin.commands", "pipeline.reconcile", "web")
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """In a child about to run: be killed when the parent dies (so nothing a test started outlives the run)."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
@@ -79,7 +80,7 @@ class Server:
         ours, theirs = socket.socketpair()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "testkit.forkserver", str(theirs.fileno())], cwd=ROOT, pass_fds=[theirs.fileno()],
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         theirs.close()
         self.sock = ours
         self.asking = threading.Lock()            # one request at a time: its answer is the next pid read
@@ -202,7 +203,7 @@ def _stream(fd: int, *, errors: str, line_buffering: bool) -> io.TextIOWrapper:
 
 def become(request: dict) -> None:
     """Turn this forked child into `python *argv` as the request has it."""
-    _die_with_parent()
+    die_with_parent()
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -227,7 +228,7 @@ def become(request: dict) -> None:
 
 
 if __name__ == "__main__":
-    _die_with_parent()
+    die_with_parent()
     for name in PRELOAD:
         __import__(name)
     if threading.active_count() != 1:   # a fork copies one thread: whatever another held would stay held

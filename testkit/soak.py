@@ -43,7 +43,8 @@ from pipeline.core.records import idempotency_key
 from pipeline.db import connect
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 from testkit.helpers import pending_count_mismatch
-from testkit.system import _die_with_pytest, rq_worker_argv
+from testkit.forkserver import die_with_parent
+from testkit.system import rq_worker_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 FINISHED = ("succeeded", "failed", "unknown", "superseded", "cancelled")
@@ -90,7 +91,7 @@ class Soak:
     def spawn(self, argv: list[str], name: str) -> subprocess.Popen:
         log = open(self.base / f"{name}.log", "ab")
         return subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)}, preexec_fn=_die_with_pytest)
+                                env={**os.environ, **self.env, "PYTHONPATH": str(ROOT)}, preexec_fn=die_with_parent)
 
     def start_worker(self, name: str) -> None:
         self.workers[name] = self.spawn(rq_worker_argv(name.split("-")[0]), name)

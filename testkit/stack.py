@@ -7,7 +7,6 @@ answering after a fixed latency, so a run measures the pipeline's makespan again
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import os
@@ -25,14 +24,12 @@ from pipeline import keys, settings as settings_mod
 from pipeline.core import lanes
 from pipeline.core import kinds
 from pipeline.db import connect
+from testkit.forkserver import die_with_parent
 from testkit.fakeprovider import Behaviour, FakeProviderServer
 
 ROOT = Path(__file__).resolve().parent.parent
 TERMINAL = ("succeeded", "failed", "superseded", "cancelled", "unknown")
 
-
-def _die_with_caller() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def fake_provider(latency: float) -> FakeProviderServer:
@@ -117,7 +114,7 @@ class DevStack:
         with open(log, "ab") as out:
             stack.proc = subprocess.Popen([sys.executable, "-m", "bin.devstack"], cwd=ROOT, env=full, stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=_die_with_caller)
+                                          preexec_fn=die_with_parent)
         return stack
 
     @property

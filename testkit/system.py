@@ -8,7 +8,6 @@ code, its output, two runs at once); tests/acceptance/test_commands.py proves th
 
 from __future__ import annotations
 
-import ctypes
 import io
 import os
 import signal
@@ -40,10 +39,6 @@ def rq_worker_argv(kind: str) -> list[str]:
     return ["-m", "rq.cli", "worker", "--quiet", "-c", "bin.rqconfig", "-w", "bin.worker.Worker",
             *worker_queues(kind)]
 
-
-def _die_with_pytest() -> None:
-    # whatever happens to the test run, its worker processes do not outlive it
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclass

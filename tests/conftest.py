@@ -190,15 +190,14 @@ BATCH = 8
 def create_database(servers: Servers, template: str | None = TEMPLATE) -> str:
     """A fresh database for one test (or module): a copy of the migrated template, unless `template` is None (an
     empty database, or a copy of another template), made then and there."""
-    if template != TEMPLATE or servers.ready:
-        name = servers.ready.pop(0) if template == TEMPLATE else _new_name()
-        if template != TEMPLATE:
-            _create(servers, [name], template)
+    if template != TEMPLATE:
+        name = _new_name()
+        _create(servers, [name], template)
         return servers.database_url(name)
-    made = [_new_name() for _ in range(BATCH)]
-    _create(servers, made, template)
-    servers.ready.extend(made[1:])
-    return servers.database_url(made[0])
+    if not servers.ready:
+        servers.ready = [_new_name() for _ in range(BATCH)]
+        _create(servers, servers.ready, template)
+    return servers.database_url(servers.ready.pop())
 
 
 def _new_name() -> str:

@@ -4,7 +4,6 @@ Procfile's `rq worker-pool` workers, the job a busy one runs, and our queues."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 import signal
 import subprocess
@@ -15,14 +14,12 @@ from bin.embedded import free_port
 from pipeline.core import lanes
 from pipeline.core import kinds
 from pipeline.db import connect
+from testkit.forkserver import die_with_parent
 from testkit.helpers import wait_until
 from testkit.stack import ROOT, DevStack, descendants, fake_provider, lesson, provider_env
 
 IMAGE_SECONDS = 10.0   # the window in which one image worker is busy: the dashboard is read inside it
 
-
-def _die_with_pytest() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def bare(command: str, *argv: str, redis_url: str) -> list[str]:
@@ -52,7 +49,7 @@ def test_rq_info_and_rq_dashboard_find_our_queues_our_workers_and_the_job_a_work
         pool_pids = descendants(stack.proc.pid)
         dashboard = subprocess.Popen(bare("rq-dashboard", "--port", str(port), redis_url=redis_url),
                                      cwd=tmp_path, stdout=log,
-                                     stderr=subprocess.STDOUT, preexec_fn=_die_with_pytest)
+                                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         base = f"http://127.0.0.1:{port}/0/data"
 
         def answered(path: str):
