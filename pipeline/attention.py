@@ -20,7 +20,7 @@ import psycopg
 from pipeline import db, review, teams
 from pipeline.core.errors import Conflict, InvalidInput, NotFound
 from pipeline.core import kinds
-from pipeline.keys import Principal
+from pipeline.core.principal import Principal
 from pipeline.settings import Settings
 
 PROBLEMS = ("unknown", "refused", "model_gone", "failed", "budget", "storage", "stuck", "revoked")

@@ -1,4 +1,4 @@
-"""API keys: roles, hashed storage, create / list / revoke, and who may do what.
+"""API keys: hashed storage, create / list / revoke, and the principal a token stands for.
 
 A token is 32 random bytes (URL-safe text after the marker `mp_`). Only its
 sha256 is stored, not even its first characters: tokens are high-entropy (a
@@ -20,39 +20,12 @@ import psycopg
 from pipeline import db
 from pipeline.core.errors import InvalidInput, NotFound
 from pipeline.core.people import person
-from pipeline.core.teams import DEFAULT_TEAM, scope, team_name
+from pipeline.core.principal import PERMISSIONS, ROLES, Principal
+from pipeline.core.teams import DEFAULT_TEAM, team_name
 
-ROLES = ("editor", "reviewer", "admin", "delivery")
 TOKEN_PREFIX = "mp_"
 DEV_ADMIN_OWNER = "dev-admin"
 LAB_OWNER = "lab"
-
-# What each role may do. Admin may do everything; `delivery` (an integration that fetches approved bundles)
-# may only read delivery manifests, whose signed links serve their media: no drafts, prompts, receipts or spend.
-PERMISSIONS: dict[str, frozenset[str]] = {
-    "editor": frozenset({"read", "edit", "deliver"}),
-    "reviewer": frozenset({"read", "review", "deliver"}),
-    "admin": frozenset({"read", "edit", "review", "admin", "deliver"}),
-    "delivery": frozenset({"deliver"}),
-}
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the key's owner names every recorded action; its team bounds what it sees."""
-
-    key_id: int
-    owner: str
-    role: str
-    team: str
-
-    def may(self, permission: str) -> bool:
-        return permission in PERMISSIONS.get(self.role, frozenset())
-
-    @property
-    def scope(self) -> str | None:
-        """The team whose contents this key sees; None: every team's (an admin)."""
-        return scope(self.role, self.team)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import psycopg
 from pipeline import db, events
 from pipeline.core import teams as rules
 from pipeline.core.errors import NotFound
-from pipeline.keys import Principal
+from pipeline.core.principal import Principal
 
 
 def list_teams(conn: psycopg.Connection) -> list[dict]:

@@ -2,7 +2,7 @@
 and the sign-in and sign-out pages.
 
 API calls carry `X-API-Key`: 401 when it is missing, unknown or revoked; 403 when the
-key's role lacks the permission (pipeline.keys.PERMISSIONS). The UI signs in once with
+key's role lacks the permission (pipeline.core.principal.PERMISSIONS). The UI signs in once with
 a key; the session lives in the database (web.sessions) and its cookie holds only a
 random token, so sign-out, revocation and the session timeouts end it for good. Every
 UI form carries the session's CSRF token (before sign-in, one bound to a cookie nonce);
@@ -21,8 +21,8 @@ from flask import Blueprint, abort, g, make_response, redirect, render_template,
 from flask_babel import gettext
 
 from pipeline import keys, signins, teams
+from pipeline.core.principal import Principal
 from pipeline.core.teams import DEFAULT_TEAM
-from pipeline.keys import Principal
 from pipeline.log import log
 from web import contract, i18n, sessions
 from web.db import get_conn, settings

@@ -30,7 +30,7 @@ from werkzeug.datastructures import CallbackDict
 from werkzeug.wrappers import Response
 
 from pipeline import sessions as session_rows
-from pipeline.keys import Principal
+from pipeline.core.principal import Principal
 from web.db import get_conn, settings
 
 NAME = "mediapipe_session"

@@ -15,6 +15,7 @@ outcome is written.
 * `policy`: what a failed attempt turns into, what a call's error means for money;
 * `recovery`: what the reconciler does with a task, from the evidence it gathered;
 * `content`: a save request validated, and the tasks a version needs;
+* `principal`: who is calling (`Principal`: owner, role, team, the key if any), and what each role may do;
 * `fingerprint`: canonical JSON, input fingerprints and idempotency keys;
 * `records`: the records passed around (a claimed `Task`, a stored `Asset`).
 """
