@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bin.embedded import Postgres, Valkey, free_port  # noqa: E402
 from pipeline import dispatch, migrations, runtime, versions  # noqa: E402
 from pipeline.db import connect  # noqa: E402
-from testkit.helpers import draft, make_settings  # noqa: E402
+from testkit.helpers import EDITOR, draft, make_settings  # noqa: E402
 
 OURS = tuple(str(ROOT / part) + "/" for part in ("pipeline", "receipts", "providers"))
 
@@ -89,14 +89,14 @@ def main() -> int:
             rt = runtime.with_providers(cfg, worker_id="path")
             runtime.install(rt)
             with connect(pg.url(), autocommit=True) as conn:
-                saved = versions.save(conn, draft(1), cfg, actor="bench")
+                saved = versions.save(conn, draft(1), cfg, by=EDITOR)
                 task_id = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = %s",
                                        (saved.content_id, args.kind)).fetchone()["id"]
                 dispatch.send_due(conn, rt.redis)
             from pipeline.message import run_task
             run_task(task_id)   # once untraced: the imports and the first connections are not the attempt's way
             with connect(pg.url(), autocommit=True) as conn:
-                again = versions.save(conn, draft(1, prefix="again"), cfg, actor="bench")
+                again = versions.save(conn, draft(1, prefix="again"), cfg, by=EDITOR)
                 task_id = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = %s",
                                        (again.content_id, args.kind)).fetchone()["id"]
             status: list[str] = []

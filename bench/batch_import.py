@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import fmt, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import BENCH, fmt, print_machine, run_main, say, servers, table  # noqa: E402
 from pipeline import versions  # noqa: E402
 from pipeline.core.content import parse_draft  # noqa: E402
 from pipeline.core.records import idempotency_key  # noqa: E402
@@ -83,7 +83,7 @@ def run_lane(stack, fake, backend: str, bodies: list[dict], args) -> dict:
     started = time.monotonic()
     with stack.db() as conn:
         for body in bodies:
-            versions.save(conn, parse_draft(body), cfg, actor="import", lane="bulk")
+            versions.save(conn, parse_draft(body), cfg, by=BENCH, lane="bulk")
         deadline = time.monotonic() + args.time_limit
         while time.monotonic() < deadline:
             left = conn.execute("SELECT count(*)::int AS n FROM tasks WHERE kind = 'bundle' AND status <> 'succeeded'"

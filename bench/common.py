@@ -31,6 +31,7 @@ import redis  # noqa: E402
 from bin.embedded import Postgres, Valkey, free_port  # noqa: E402
 from pipeline import migrations, settings as settings_mod  # noqa: E402
 from pipeline.core.content import Draft, parse_draft  # noqa: E402
+from pipeline.core.principal import Principal  # noqa: E402
 from pipeline.db import connect  # noqa: E402
 
 PYTHON = sys.executable
@@ -298,6 +299,12 @@ def servers(*, statements: bool = False, keep: bool = False) -> Iterator[Stack]:
 
 
 # -- content ---------------------------------------------------------------------------------------
+
+# Who a benchmark's own calls of the pipeline name (saves, cancels, retries, approvals): no key, so no key's limits
+# or spend apply; the reviewer approves what the bench saved, as ALLOW_SELF_APPROVAL (the default) lets one person.
+BENCH = Principal.without_key("bench", role="editor")
+BENCH_REVIEWER = Principal.without_key("bench-reviewer", role="reviewer")
+
 
 def editor_token(stack: Stack) -> str:
     """A new editor's API key on the bench database, for the benchmark's own requests."""

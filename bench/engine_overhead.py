@@ -30,7 +30,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, median, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
+from bench.common import (BENCH, Stack, draft, median, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
                           table, tasks_per_lesson, wait_all_done, wait_workers_idle, worker_argv)
 from bench.measure import CORES, CpuSnapshot, print_limits, redis_calls, settle_pg_stats  # noqa: E402
 
@@ -108,7 +108,7 @@ def run_ours(stack: Stack, cls: str, workers: int, tasks: int, blocks: int, tag:
     with stack.db() as conn, quiet_logs(stack.logs / "driver.log"):
         started = time.time()
         for d in drafts:
-            saved = versions.save(conn, d, cfg, actor="bench", send_at_once=True)
+            saved = versions.save(conn, d, cfg, by=BENCH, send_at_once=True)
             dispatch.send_now(conn, conn_redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
         total = lessons * tasks_per_lesson(blocks)
 

@@ -29,8 +29,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, percentile, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
-                          table, wait_workers_idle, worker_argv)
+from bench.common import (BENCH, Stack, draft, percentile, print_machine, quiet_logs, run_main, say,  # noqa: E402
+                          servers, table, wait_workers_idle, worker_argv)
 
 STALL_SECONDS = 5.0
 
@@ -65,7 +65,7 @@ class Trials:
         self.n += 1
         d = draft(self.blocks, f"first-{self.n}")
         started = time.time()
-        saved = versions.save(self.conn, d, self.cfg, actor="bench", send_at_once=fast_path)
+        saved = versions.save(self.conn, d, self.cfg, by=BENCH, send_at_once=fast_path)
         committed = time.time()
         if fast_path:
             dispatch.send_now(self.conn, self.redis, saved.outbox_ids, claim_seconds=self.cfg.dispatch_claim_seconds)
@@ -84,7 +84,7 @@ class Trials:
             raise RuntimeError(f"no provider call within 30 s; see {self.stack.logs}")
         lost = len(keys) - len(called)
         if lost:  # a message was lost: only bin/reconcile would re-send it (after LOST_DISPATCH_SECONDS)
-            versions.cancel(self.conn, saved.content_id, saved.version, actor="bench")
+            versions.cancel(self.conn, saved.content_id, saved.version, by=BENCH)
         self._wait_settled(saved.content_id)
         return {"first": min(called.values()) - started, "save": committed - started,
                 "all": None if lost else max(called.values()) - started, "lost": lost}

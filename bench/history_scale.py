@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, median, percentile, print_machine, quiet_logs, run_main, say,  # noqa: E402
-                          servers, table)
+from bench.common import (BENCH, Stack, draft, median, percentile, print_machine, quiet_logs, run_main,  # noqa: E402
+                          say, servers, table)
 from bench.measure import statement_rows  # noqa: E402
 
 PER_LESSON = 41
@@ -118,7 +118,7 @@ def claim_complete(conn, cfg, tag: str) -> tuple[list[float], float, float]:
     from pipeline.tasks import Asset
     import redis
     started = time.perf_counter()
-    saved = versions.save(conn, draft(20, tag), cfg, actor="bench")
+    saved = versions.save(conn, draft(20, tag), cfg, by=BENCH)
     save_s = time.perf_counter() - started
     started = time.perf_counter()
     dispatch.send_due(conn, redis.Redis.from_url(cfg.redis_url), batch=200)

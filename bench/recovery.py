@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rq import Queue  # noqa: E402
 
-from bench.common import ROOT, Stack, draft, median, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import BENCH, ROOT, Stack, draft, median, print_machine, run_main, say, servers, table  # noqa: E402
 from pipeline import settings as settings_mod, versions  # noqa: E402
 from testkit.stack import fake_provider, provider_env  # noqa: E402
 
@@ -62,7 +62,7 @@ class Bench:
         self.runs += 1
         cfg = settings_mod.load(self.env)
         with self.stack.db() as conn:
-            saved = versions.save(conn, draft(1, f"recovery-{self.runs}-{time.time_ns()}"), cfg, actor="bench")
+            saved = versions.save(conn, draft(1, f"recovery-{self.runs}-{time.time_ns()}"), cfg, by=BENCH)
             return conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
                                 (saved.content_id,)).fetchone()["id"]
 

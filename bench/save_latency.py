@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, editor_token, free_port, lesson, median, percentile,  # noqa: E402
+from bench.common import (BENCH, Stack, draft, editor_token, free_port, lesson, median, percentile,  # noqa: E402
                           print_machine, quiet_logs, run_main, say, servers, table)
 
 
@@ -113,7 +113,7 @@ def direct_round(stack: Stack, drafts: list[list]) -> tuple[list[float], float]:
             start.wait()
             for d in mine:
                 began = time.perf_counter()
-                saved = versions.save(conn, d, cfg, actor="bench", send_at_once=True)
+                saved = versions.save(conn, d, cfg, by=BENCH, send_at_once=True)
                 dispatch.send_now(conn, conn_redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
                 with lock:
                     latencies.append(time.perf_counter() - began)
@@ -159,7 +159,7 @@ def reset(stack: Stack) -> int:
                                ).fetchone()["n"]
         for row in conn.execute("SELECT content_id, version FROM versions WHERE cancel_requested_at IS NULL"
                                 ).fetchall():
-            versions.cancel(conn, row["content_id"], row["version"], actor="bench")
+            versions.cancel(conn, row["content_id"], row["version"], by=BENCH)
     stack.redis().flushdb()
     return pending
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (ROOT, Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
-                          tasks_per_lesson, worker_argv)
+from bench.common import (BENCH, ROOT, Stack, draft, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
+                          table, tasks_per_lesson, worker_argv)
 from bench.measure import print_limits, redis_calls, settle_pg_stats, statement_rows, tree_cpu  # noqa: E402
 
 def statements(stack: Stack) -> dict[str, tuple[int, float]]:
@@ -55,7 +55,7 @@ def fill(stack: Stack, tasks: int, blocks: int, tag: str) -> int:
     lessons = max(1, round(tasks / tasks_per_lesson(blocks)))
     with stack.db() as conn, quiet_logs(stack.logs / "driver.log"):
         for i in range(lessons):
-            saved = versions.save(conn, draft(blocks, f"{tag}-{i}"), cfg, actor="bench", send_at_once=True)
+            saved = versions.save(conn, draft(blocks, f"{tag}-{i}"), cfg, by=BENCH, send_at_once=True)
             dispatch.send_now(conn, stack.redis(), saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
     return lessons * tasks_per_lesson(blocks)
 

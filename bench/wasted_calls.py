@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
+from bench.common import (BENCH, Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
                           wait_workers_idle, worker_argv)
 from testkit.fakeprovider import Behaviour, FakeProviderServer  # noqa: E402
 from testkit.system import rq_worker_argv  # noqa: E402
@@ -206,7 +206,7 @@ def run_ours(stack: Stack, fake: FakeProviderServer, args, planned: int) -> dict
             quiet_logs(stack.logs / "driver-ours.log"):
         started = time.monotonic()
         for i in range(args.lessons):
-            saved = versions.save(conn, draft(args.blocks, f"wasted-{i}"), cfg, actor="bench-editor")
+            saved = versions.save(conn, draft(args.blocks, f"wasted-{i}"), cfg, by=BENCH)
             dispatch.send_now(conn, stack.redis(), saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
         accepted, before = _drive_ours(stack, conn, cfg, chaos, lambda: chaos.maybe_kill(stack, workers, respawn))
         seconds = time.monotonic() - started
@@ -244,7 +244,7 @@ def _drive_ours(stack: Stack, conn, cfg, chaos: Chaos, kill) -> tuple[int, dict]
             if not unknown:
                 return accepted, before
             for row in unknown:  # "retry, I accept a possible duplicate charge", recorded with who and when
-                reopened = review.retry(conn, row["id"], cfg, actor="bench-editor", accept_duplicate_risk=True)
+                reopened = review.retry(conn, row["id"], cfg, by=BENCH, accept_duplicate_risk=True)
                 dispatch.send_now(conn, stack.redis(), reopened.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
                 accepted += 1
         elif not waiting and not unknown:

@@ -18,14 +18,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (Stack, draft, percentile, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
-                          table)
+from bench.common import (BENCH, BENCH_REVIEWER, Stack, draft, percentile, print_machine, quiet_logs,  # noqa: E402
+                          run_main, say, servers, table)
 
 BENCH_ASSET = "0" * 64
 URL_ENV = {"WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8", "MAX_PENDING_TASKS": "100000000"}
@@ -88,6 +89,7 @@ def costs(stack: Stack, saves: int, blocks: int, rounds: int) -> dict[str, dict[
 
     cfg = stack.settings(**URL_ENV)
     teams = {"no endpoint": "plain", "two endpoints": "hooked"}
+    editors = {team: dataclasses.replace(BENCH, team=team) for team in teams.values()}   # each saves in its team
     found = {v: {"save": [], "approve+withdraw": []} for v in teams}
     with stack.db() as conn:
         conn.execute("INSERT INTO assets (sha256, media_type, size) VALUES (%s, 'image/png', 1)", (BENCH_ASSET,))
@@ -99,8 +101,7 @@ def costs(stack: Stack, saves: int, blocks: int, rounds: int) -> dict[str, dict[
             for i in range(saves):
                 for variant, team in teams.items():
                     started = time.perf_counter()
-                    saved = versions.save(conn, draft(blocks, f"{team}-{round_no}-{i}"), cfg, actor="bench",
-                                          team=team)
+                    saved = versions.save(conn, draft(blocks, f"{team}-{round_no}-{i}"), cfg, by=editors[team])
                     found[variant]["save"].append(time.perf_counter() - started)
                     made.append((variant, saved.content_id))
             # complete every version as its workers would leave it, then approve and withdraw each
@@ -108,8 +109,8 @@ def costs(stack: Stack, saves: int, blocks: int, rounds: int) -> dict[str, dict[
                          (BENCH_ASSET, [c for _, c in made]))
             for variant, content_id in made:
                 started = time.perf_counter()
-                review.approve(conn, content_id, 1, actor="bench-reviewer")
-                review.withdraw(conn, content_id, 1, "bench", actor="bench-reviewer")
+                review.approve(conn, content_id, 1, by=BENCH_REVIEWER)
+                review.withdraw(conn, content_id, 1, "bench", by=BENCH_REVIEWER)
                 found[variant]["approve+withdraw"].append(time.perf_counter() - started)
         written = conn.execute("SELECT count(*) AS n FROM webhook_deliveries").fetchone()["n"]
     # per hooked version, two endpoints told of its completion (written by the setup), approval and withdrawal

@@ -278,6 +278,7 @@ def keys_main(argv: list[str]) -> int:
     cfg = _settings()
     from pipeline import keys, teams
     from pipeline.core.errors import InvalidInput, NotFound
+    from pipeline.core.principal import Principal
     def work(conn) -> None:
         if args.command == "create":
             info, token = keys.create(conn, args.owner, args.role, team=args.team, same_person=args.same_person)
@@ -295,7 +296,9 @@ def keys_main(argv: list[str]) -> int:
             info = keys.revoke(conn, args.key_id)
             print(f"revoked key {info.id} of {info.owner} ({info.role})")
             if args.cancel_pending:
-                cancelled = keys.cancel_pending(conn, info.id, actor=f"bin/keys (revoked key {info.id})")
+                # whoever runs bin/keys holds the database: no key, and an admin's reach
+                by = Principal.without_key(f"bin/keys (revoked key {info.id})", role="admin")
+                cancelled = keys.cancel_pending(conn, info.id, by=by)
                 for content_id, version, n in cancelled:
                     print(f"cancelled version {version} of content {content_id}: {n} tasks not started")
                 print(f"cancelled the unstarted work of {len(cancelled)} versions")

@@ -95,7 +95,7 @@ def retry_failed(conn: psycopg.Connection, task_ids: list[int], cfg: Settings, *
                                                 "accepting the risk of a duplicate charge"})
                 continue
             try:
-                reopened = review.retry(conn, task_id, cfg, actor=by.owner, key_id=by.key_id)
+                reopened = review.retry(conn, task_id, cfg, by=by)
             except (Conflict, NotFound) as exc:
                 _refused(bulk, task_id, exc)
                 continue
@@ -112,7 +112,7 @@ def resolve_unknown(conn: psycopg.Connection, task_ids: list[int], note: str, *,
     for task_id in task_ids:
         try:
             teams.check(conn, by, task_id=task_id, changes=changes)
-            review.resolve_failed(conn, task_id, note, actor=by.owner)
+            review.resolve_failed(conn, task_id, note, by=by)
         except (Conflict, NotFound) as exc:
             _refused(bulk, task_id, exc)
             continue

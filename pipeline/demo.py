@@ -19,7 +19,7 @@ import psycopg
 from pipeline import versions
 from pipeline.core.content import Draft, parse_draft
 from pipeline.core.errors import Conflict, InvalidInput
-from pipeline.core.teams import DEFAULT_TEAM
+from pipeline.core.principal import Principal
 from pipeline.executor import build_providers
 from pipeline.settings import Settings
 
@@ -133,16 +133,15 @@ def disarm(cfg: Settings, mark: str) -> int:
 
 
 def start_job(conn: psycopg.Connection, cfg: Settings, theme: str, scenario: str | None, *,
-              actor: str, locale: str | None = None, key_id: int | None = None,
-              team: str = DEFAULT_TEAM) -> versions.Saved:
-    """Save the theme's lesson with the scenario's fault armed; nothing stays armed if the save is refused."""
+              by: Principal, locale: str | None = None) -> versions.Saved:
+    """`by` saves the theme's lesson with the scenario's fault armed; nothing stays armed if the save is refused."""
     mark = run_mark() if scenario else None
     draft = lesson(theme, locale=locale, mark=mark)
     if scenario:
         # armed before the save commits, so no worker can make this lesson's first image call unarmed
         arm(cfg, scenario, mark)
     try:
-        return versions.save(conn, draft, cfg, actor=actor, key_id=key_id, team=team)
+        return versions.save(conn, draft, cfg, by=by)
     except Exception:
         if scenario:
             disarm(cfg, mark)

@@ -101,16 +101,16 @@ def revoke(conn: psycopg.Connection, key_id: int) -> KeyInfo:
     return KeyInfo(**row)
 
 
-def cancel_pending(conn: psycopg.Connection, key_id: int, *, actor: str) -> list[tuple[int, int, int]]:
-    """Cancel the work no worker has started of every version the key saved (a revoked key's queued work
-    would otherwise go on spending): each version's cancel is recorded as any other (events, actor), names the
-    key, and lists its tasks on the attention page ('revoked'). Calls already running finish and are kept.
-    Returns (content, version, tasks cancelled now) per version."""
+def cancel_pending(conn: psycopg.Connection, key_id: int, *, by: Principal) -> list[tuple[int, int, int]]:
+    """`by` cancels the work no worker has started of every version the key `key_id` saved (a revoked key's queued
+    work would otherwise go on spending): each version's cancel is recorded as any other (events, `by`'s owner),
+    names the key, and lists its tasks on the attention page ('revoked'). Calls already running finish and are
+    kept. Returns (content, version, tasks cancelled now) per version."""
     from pipeline import versions   # saving imports a good part of the pipeline; keys is imported by the web's auth
     done = []
     for row in db.all(conn, "versions_waiting_of_key", {"key_id": key_id}):
         with conn.transaction():
-            cancelled = versions.cancel(conn, row["content_id"], row["version"], actor=actor)
+            cancelled = versions.cancel(conn, row["content_id"], row["version"], by=by)
             db.execute(conn, "versions_mark_cancelled_with_key", {**row, "key_id": key_id})
         done.append((row["content_id"], row["version"], cancelled))
     return done

@@ -21,6 +21,7 @@ from pipeline import db, events, versions
 from pipeline.core import lanes
 from pipeline.core.content import Draft, block_from_snapshot, with_regeneration
 from pipeline.core.errors import Conflict, NotFound
+from pipeline.core.principal import Principal
 from pipeline.core import kinds
 from pipeline.settings import Settings
 
@@ -60,8 +61,8 @@ def _target(conn: psycopg.Connection, task_id: int) -> dict:
     return task
 
 
-def regenerate(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str, reason: str,
-               accept_new_charge: bool, key_id: int | None = None) -> Regenerated:
+def regenerate(conn: psycopg.Connection, task_id: int, cfg: Settings, *, by: Principal, reason: str,
+               accept_new_charge: bool) -> Regenerated:
     """Save the next version with this task's media marked for a new paid call; record who, when and why."""
     task = _target(conn, task_id)
     cost = estimated_cost(cfg, task["kind"])
@@ -74,13 +75,13 @@ def regenerate(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: 
                    else block_from_snapshot(b) for b in version["blocks"])
     draft = Draft(version["title"], version["locale"], version["theme"], blocks)
     with conn.transaction():   # the save and its record commit together, or neither does
-        saved = versions.save(conn, draft, cfg, actor=actor, content_id=task["content_id"],
-                              base_version=task["version"], key_id=key_id, lane=lanes.INTERACTIVE)
+        saved = versions.save(conn, draft, cfg, by=by, content_id=task["content_id"],
+                              base_version=task["version"], lane=lanes.INTERACTIVE)
         new = next(t for t in db.all(conn, "tasks_of_version", {"content_id": saved.content_id,
                                                                 "version": saved.version})
                    if (t["kind"], t["block_key"]) == (task["kind"], task["block_key"]))
         events.record(conn, task_id=new["id"], content_id=saved.content_id, version=saved.version,
-                      action="regenerated", actor=actor, reason=reason, details={
+                      action="regenerated", actor=by.owner, reason=reason, details={
                           "replaced_task_id": task_id, "replaced_version": task["version"],
                           "replaced_sha256": task["asset_sha256"], "nonce": nonce, "estimated_cost": cost})
     return Regenerated(saved, new["id"], task["asset_sha256"], cost)

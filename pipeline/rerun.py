@@ -19,6 +19,7 @@ import psycopg
 from pipeline import db, events, tasks
 from pipeline.core import rerun as rules
 from pipeline.core.errors import Conflict, NotFound
+from pipeline.core.principal import Principal
 from pipeline.core.states import TaskStatus
 from pipeline.review import ensure_runnable_version, readmit
 from pipeline.settings import Settings
@@ -56,29 +57,29 @@ def _rerunnable(conn: psycopg.Connection, task_id: int) -> dict:
     return {**task, "letter": letter}
 
 
-def rerun(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str, why: str,
-           extend_deadline_seconds: float | None = None, now: datetime | None = None,
-           key_id: int | None = None) -> Rerun:
-    """Rerun a dead-lettered task; CapacityExceeded (nothing changed) when the system is full."""
+def rerun(conn: psycopg.Connection, task_id: int, cfg: Settings, *, by: Principal, why: str,
+           extend_deadline_seconds: float | None = None, now: datetime | None = None) -> Rerun:
+    """`by` reruns a dead-lettered task, its cost booked against `by`'s key; CapacityExceeded (nothing changed)
+    when the system is full."""
     with conn.transaction():
         task = _rerunnable(conn, task_id)
         letter = task["letter"]
         deadline = rules.rerun_deadline(task["deadline_at"], now or datetime.now(timezone.utc),
                                          extend_deadline_seconds)
         row = tasks.rerun(conn, task_id, budget=cfg.max_attempts, deadline_at=deadline)
-        if row is None or db.one(conn, "dead_letters_mark_replayed", {"id": letter["id"], "actor": actor,
+        if row is None or db.one(conn, "dead_letters_mark_replayed", {"id": letter["id"], "actor": by.owner,
                                                                       "why": why}) is None:
             raise Conflict(f"task {task_id} changed while it was being rerun; reload and try again", code="stale")
         record = db.one(conn, "replays_insert", {
             "task_id": task_id, "replay_of": letter["id"], "first_attempt": row["attempts"] + 1,
-            "max_attempts": row["max_attempts"], "actor": actor, "why": why,
+            "max_attempts": row["max_attempts"], "actor": by.owner, "why": why,
             "deadline_before": task["deadline_at"], "deadline_after": deadline})
         extended = []
         if deadline != task["deadline_at"]:
             extended = [r["id"] for r in db.all(conn, "tasks_extend_waiting_dependents",
                                                 {"task_id": task_id, "deadline_at": deadline})]
-        _record_event(conn, row, record, letter, actor=actor, why=why, dependents=extended)
-        outbox = readmit(conn, cfg, row, key_id)
+        _record_event(conn, row, record, letter, actor=by.owner, why=why, dependents=extended)
+        outbox = readmit(conn, cfg, row, by.key_id)
     return Rerun(record["id"], task_id, letter["id"], row["status"], record["first_attempt"],
                     record["max_attempts"], task["deadline_at"], deadline, outbox)
 

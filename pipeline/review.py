@@ -20,6 +20,7 @@ from pipeline.core import lanes
 from pipeline.core.delivery import ApprovalBlocker, approval_blockers, delivery_blockers
 from pipeline.core.errors import Conflict, NotFound, StaleTransition
 from pipeline.core.people import same_person
+from pipeline.core.principal import Principal
 from pipeline.core import kinds
 from pipeline.core.states import TaskStatus, check_transition
 from pipeline.settings import Settings
@@ -56,9 +57,9 @@ def _event(conn: psycopg.Connection, row: dict, action: str, *, actor: str, to_s
                   reason=reason, details=details)
 
 
-def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: str, key_id: int | None = None,
+def approve(conn: psycopg.Connection, content_id: int, version: int, *, by: Principal,
             allow_self: bool = True) -> Approval:
-    """Approve a version whose media all succeeded; refused for a version older than the approved one.
+    """`by` approves a version whose media all succeeded; refused for a version older than the approved one.
 
     Without `allow_self` (ALLOW_SELF_APPROVAL), the key or the person that saved the version may not approve
     it (Conflict `self_approval`): a second person looks at what will be delivered."""
@@ -67,19 +68,20 @@ def approve(conn: psycopg.Connection, content_id: int, version: int, *, actor: s
         saved = db.one(conn, "versions_get", {"content_id": content_id, "version": version})
         if content is None or saved is None:
             raise NotFound(f"content {content_id} has no version {version}")
-        if not allow_self and (same_person(saved["saved_by"], actor) or (key_id and saved["saved_by_key"] == key_id)):
+        if not allow_self and (same_person(saved["saved_by"], by.owner)
+                               or (by.key_id and saved["saved_by_key"] == by.key_id)):
             raise Conflict(f"version {version} was saved by {saved['saved_by']}; another person must approve it "
                            "(ALLOW_SELF_APPROVAL=true lifts this rule)", code="self_approval",
                            details={"saved_by": saved["saved_by"]})
         tasks_now = db.all(conn, "tasks_of_version_states", {"content_id": content_id, "version": version})
         for blocker in approval_blockers(tasks_now, version=version, approved_version=content["approved_version"]):
             raise _approval_refused(version, blocker)
-        row = db.one(conn, "contents_approve", {"content_id": content_id, "version": version, "actor": actor})
+        row = db.one(conn, "contents_approve", {"content_id": content_id, "version": version, "actor": by.owner})
         if row is None:
             raise Conflict(f"version {version} changed while approving; reload and try again", code="stale")
-        _event(conn, {"content_id": content_id, "version": version}, "approved", actor=actor, to_status=None,
+        _event(conn, {"content_id": content_id, "version": version}, "approved", actor=by.owner, to_status=None,
                from_status=None, reason=f"version {version} approved for delivery")
-    return Approval(content_id, version, row["approved_at"], actor)
+    return Approval(content_id, version, row["approved_at"], by.owner)
 
 
 def _approval_refused(version: int, blocker: ApprovalBlocker) -> Conflict:
@@ -104,7 +106,7 @@ def _version_locked(conn: psycopg.Connection, content_id: int, version: int) -> 
 
 
 def decide(conn: psycopg.Connection, content_id: int, version: int, decision: str, note: str, *,
-           actor: str) -> dict:
+           by: Principal) -> dict:
     """A reviewer rejects a version or asks for changes, with a note, recorded on the version's history.
 
     Refused (409 `version_approved`) for the approved version: withdraw its approval first, so the
@@ -119,13 +121,13 @@ def decide(conn: psycopg.Connection, content_id: int, version: int, decision: st
                            f"{'reject it' if decision == 'rejected' else 'ask for changes'}",
                            code="version_approved", details={"approved_version": version})
         words = "rejected" if decision == "rejected" else "changes requested"
-        _event(conn, {"content_id": content_id, "version": version}, decision, actor=actor, to_status=None,
+        _event(conn, {"content_id": content_id, "version": version}, decision, actor=by.owner, to_status=None,
                from_status=None, reason=note, details={"decision": decision, "summary": f"version {version} "
                                                                f"{words}"})
-    return {"content_id": content_id, "version": version, "decision": decision, "note": note, "by": actor}
+    return {"content_id": content_id, "version": version, "decision": decision, "note": note, "by": by.owner}
 
 
-def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str, *, actor: str) -> dict:
+def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str, *, by: Principal) -> dict:
     """A reviewer withdraws the approval of the approved version: the delivery answers 409 with the note.
 
     The withdrawal's event is the record (pipeline.core.approvals): the version shows approved no longer.
@@ -138,9 +140,9 @@ def withdraw(conn: psycopg.Connection, content_id: int, version: int, note: str,
                            code="not_approved", details={"approved_version": content["approved_version"]})
         if db.one(conn, "contents_withdraw_approval", {"content_id": content_id, "version": version}) is None:
             raise Conflict(f"version {version} changed while withdrawing; reload and try again", code="stale")
-        _event(conn, {"content_id": content_id, "version": version}, "approval_withdrawn", actor=actor,
+        _event(conn, {"content_id": content_id, "version": version}, "approval_withdrawn", actor=by.owner,
                to_status=None, from_status=None, reason=note, details={"decision": "approval_withdrawn"})
-    return {"content_id": content_id, "version": version, "withdrawn_by": actor, "note": note}
+    return {"content_id": content_id, "version": version, "withdrawn_by": by.owner, "note": note}
 
 
 def ensure_runnable_version(task: dict, verb: str) -> None:
@@ -167,9 +169,10 @@ def _task_for_action(conn: psycopg.Connection, task_id: int, target: TaskStatus)
     return task
 
 
-def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
-          accept_duplicate_risk: bool = False, key_id: int | None = None) -> Reopened:
-    """An editor sends a failed task (or, accepting the risk, an unknown one) back to `ready`.
+def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, by: Principal,
+          accept_duplicate_risk: bool = False) -> Reopened:
+    """An editor (`by`) sends a failed task (or, accepting the risk, an unknown one) back to `ready`; what it may
+    cost is booked against `by`'s key.
 
     The attempt budget reopens (`max_attempts = attempts + MAX_ATTEMPTS`) and the task gets a fresh
     deadline of TASK_DEADLINE_SECONDS from now, shared with dependents still waiting on it
@@ -191,10 +194,10 @@ def retry(conn: psycopg.Connection, task_id: int, cfg: Settings, *, actor: str,
                           if unknown else ("manual_retry", "retried by an editor"))
         details = {"max_attempts": row["max_attempts"], **({"dead_letter": dead} if dead else {}),
                    **({"refusal_overridden": refusal} if refusal else {})}
-        _event(conn, row, action, actor=actor, from_status=task["status"], to_status="ready", reason=reason,
+        _event(conn, row, action, actor=by.owner, from_status=task["status"], to_status="ready", reason=reason,
                task_id=task_id, details=details)
         db.all(conn, "tasks_extend_waiting_dependents", {"task_id": task_id, "deadline_at": row["deadline_at"]})
-        outbox = readmit(conn, cfg, row, key_id)
+        outbox = readmit(conn, cfg, row, by.key_id)
     return Reopened(task_id, row["status"], row["attempts"], row["max_attempts"], row["deadline_at"], outbox)
 
 
@@ -212,14 +215,14 @@ def readmit(conn: psycopg.Connection, cfg: Settings, row: dict, key_id: int | No
     return (added["id"],) if added else ()
 
 
-def resolve_failed(conn: psycopg.Connection, task_id: int, note: str, *, actor: str) -> dict:
-    """An editor closes an `unknown` task as failed (e.g. after checking the vendor's dashboard)."""
+def resolve_failed(conn: psycopg.Connection, task_id: int, note: str, *, by: Principal) -> dict:
+    """An editor (`by`) closes an `unknown` task as failed (e.g. after checking the vendor's dashboard)."""
     with conn.transaction():
         _task_for_action(conn, task_id, TaskStatus.FAILED)
         row = tasks.resolve_failed(conn, task_id, f"resolved: {note}")
         if row is None:
             raise Conflict(f"task {task_id} changed while resolving; reload and try again", code="stale")
-        _event(conn, row, "resolved_failed", actor=actor, from_status="unknown", to_status="failed",
+        _event(conn, row, "resolved_failed", actor=by.owner, from_status="unknown", to_status="failed",
                reason=note, task_id=task_id)
     return row
 

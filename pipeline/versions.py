@@ -25,7 +25,7 @@ from pipeline.core.board import FINISHED, version_status
 from pipeline.core.content import (Draft, carry_regenerations, check_narratable, check_speakable,
                                    plan_tasks, stamped)
 from pipeline.core.errors import CapacityExceeded, Conflict, InvalidInput, KeyLimitReached, NotFound
-from pipeline.core.teams import DEFAULT_TEAM
+from pipeline.core.principal import Principal
 from pipeline.settings import Settings
 from providers import openai_models
 from providers.registry import SPEECH_LOCALES
@@ -83,22 +83,23 @@ def speakable(cfg: Settings) -> tuple[str, ...]:
     return SPEECH_LOCALES.get(cfg.providers["tts"].backend, ())
 
 
-def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None = None,
-         base_version: int | None = None, save_key: str | None = None, key_id: int | None = None,
-         lane: str = lanes.INTERACTIVE, send_at_once: bool = False, team: str = DEFAULT_TEAM) -> Saved:
+def save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, by: Principal, content_id: int | None = None,
+         base_version: int | None = None, save_key: str | None = None, lane: str = lanes.INTERACTIVE,
+         send_at_once: bool = False) -> Saved:
     """`_save` in a span of the trace the version carries on (its traceparent is this span's; docs/tracing.md)."""
-    with tracing.span("save", attributes={"content.id": content_id, "content.team": team, "blocks": len(draft.blocks)}):
-        return _save(conn, draft, cfg, actor=actor, content_id=content_id, base_version=base_version,
-                     save_key=save_key, key_id=key_id, lane=lane, send_at_once=send_at_once, team=team)
+    with tracing.span("save", attributes={"content.id": content_id, "content.team": by.team,
+                                          "blocks": len(draft.blocks)}):
+        return _save(conn, draft, cfg, by=by, content_id=content_id, base_version=base_version,
+                     save_key=save_key, lane=lane, send_at_once=send_at_once)
 
 
-def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, content_id: int | None,
-          base_version: int | None, save_key: str | None, key_id: int | None, lane: str, send_at_once: bool,
-          team: str) -> Saved:
-    """Create a content item of `team` (content_id None) or its next version on top of `base_version` (the
+def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, by: Principal, content_id: int | None,
+          base_version: int | None, save_key: str | None, lane: str, send_at_once: bool) -> Saved:
+    """Create a content item of `by`'s team (content_id None) or its next version on top of `base_version` (the
     content keeps its team; who may save it is checked before, pipeline/teams.py).
 
-    `key_id`: the API key saving (0 for the demo door); its own limits apply (KeyLimitReached).
+    `by`: who saves; its owner is recorded, and its key's own limits apply (KeyLimitReached; none without a key,
+    and the demo door's key is 0).
     `lane`: "interactive" (an editor waits) or "bulk" (an import); see pipeline/core/lanes.py.
     `send_at_once`: the caller sends the runnable tasks' messages right after this returns
     (dispatch.send_now), so the save claims them as it writes them (`Saved.outbox_ids` is then a
@@ -122,7 +123,7 @@ def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, 
         raise InvalidInput(f"this content needs {len(plan)} tasks but at most {lanes.admission_limit(cfg, lane)} "
                            f"can be pending{' for a bulk save' if lane == lanes.BULK else ''} (MAX_PENDING_TASKS); "
                            "split it", field="blocks")
-    if key_id is not None and len(plan) > cfg.key_max_pending_tasks:
+    if by.key_id is not None and len(plan) > cfg.key_max_pending_tasks:
         raise InvalidInput(f"this content needs {len(plan)} tasks but one key may hold at most "
                            f"{cfg.key_max_pending_tasks} pending (KEY_MAX_PENDING_TASKS); split it", field="blocks")
     own = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE   # not inside a caller's transaction
@@ -132,11 +133,11 @@ def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, 
         # round trip, so the admission locks are not held across a round trip to us (admit).
         with conn.pipeline():
             with conn.transaction():
-                saved = _earlier_save(conn, save_key, request_digest, key_id)
+                saved = _earlier_save(conn, save_key, request_digest, by.key_id)
                 queued = None
                 if saved is None:
-                    saved, queued = _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
-                                              request_digest, key_id, lane, claim, flush_later=own, team=team)
+                    saved, queued = _save_new(conn, draft, cfg, plan, by, content_id, base_version, save_key,
+                                              request_digest, lane, claim, flush_later=own)
             if own:
                 # it committed without waiting for its WAL flush (admit): make this save, or the earlier one we
                 # answer with, durable before the caller may answer 202
@@ -144,7 +145,7 @@ def _save(conn: psycopg.Connection, draft: Draft, cfg: Settings, *, actor: str, 
     except psycopg.errors.UniqueViolation:
         # a concurrent save with the same key won the race: answer with its result
         with conn.transaction():
-            saved = _earlier_save(conn, save_key, request_digest, key_id)
+            saved = _earlier_save(conn, save_key, request_digest, by.key_id)
         if saved is None:
             raise
         if own:
@@ -167,17 +168,17 @@ def flush(conn: psycopg.Connection) -> None:
         db.execute(conn, "admission_flush_by_commit")
 
 
-def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key, request_digest,
-              key_id=None, lane=lanes.INTERACTIVE, claim: uuid.UUID | None = None, *,
-              flush_later: bool = True, team: str = DEFAULT_TEAM) -> tuple[Saved, psycopg.Cursor]:
+def _save_new(conn, draft, cfg, plan, by: Principal, content_id, base_version, save_key, request_digest,
+              lane=lanes.INTERACTIVE, claim: uuid.UUID | None = None, *,
+              flush_later: bool = True) -> tuple[Saved, psycopg.Cursor]:
     """Write the version; its last statements and the admission are only queued (the caller's pipeline sends
     them with the COMMIT). Returns the version and its outbox rows, to read after the COMMIT."""
     version = db.one(conn, "versions_insert", {
         "content_id": content_id, "base_version": base_version, "title": draft.title, "locale": draft.locale,
         "theme": draft.theme, "blocks": Jsonb([b.as_dict() for b in draft.blocks]), "digest": draft.digest,
-        "saved_by": actor, "deadline_seconds": lanes.deadline_seconds(cfg, lane), "save_key": save_key,
-        "save_digest": request_digest if save_key else None, "saved_by_key": key_id, "lane": lane, "team": team,
-        "traceparent": tracing.traceparent()})
+        "saved_by": by.owner, "deadline_seconds": lanes.deadline_seconds(cfg, lane), "save_key": save_key,
+        "save_digest": request_digest if save_key else None, "saved_by_key": by.key_id, "lane": lane,
+        "team": by.team, "traceparent": tracing.traceparent()})
     if version is None:
         current = db.one(conn, "contents_get", {"content_id": content_id})
         if current is None:
@@ -186,11 +187,11 @@ def _save_new(conn, draft, cfg, plan, actor, content_id, base_version, save_key,
                        "reload the content and apply your edit to the latest version",
                        code="stale_base_version", details={"current_version": current["current_version"]})
     content_id, number = version["content_id"], version["version"]
-    superseded = [] if number == 1 else tasks.supersede_older(conn, content_id, number, actor=actor, by="save",
+    superseded = [] if number == 1 else tasks.supersede_older(conn, content_id, number, actor=by.owner, by="save",
                                                               reason=f"superseded by version {number}")
     queued = _insert_tasks(conn, plan, content_id, number, version, cfg, claim)
-    keyspend.book(conn, cfg, key_id, content_id=content_id, version=number)
-    _admit(conn, cfg, len(plan), lane, key_id, flush_later=flush_later)
+    keyspend.book(conn, cfg, by.key_id, content_id=content_id, version=number)
+    _admit(conn, cfg, len(plan), lane, by.key_id, flush_later=flush_later)
     return Saved(content_id, number, created=True, superseded=len(superseded), lane=lane), queued
 
 
@@ -275,8 +276,8 @@ def _seconds_to_midnight() -> int:
                       .total_seconds()))
 
 
-def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: str) -> int:
-    """Record a cancel request; waiting tasks are cancelled now, running ones by their worker or lease expiry.
+def cancel(conn: psycopg.Connection, content_id: int, version: int, *, by: Principal) -> int:
+    """Record `by`'s cancel request; waiting tasks are cancelled now, running ones by their worker or lease expiry.
 
     Returns how many tasks were cancelled at once.
     """
@@ -289,6 +290,7 @@ def cancel(conn: psycopg.Connection, content_id: int, version: int, *, actor: st
         if state in FINISHED:
             raise Conflict(f"version {version} is {state.replace('_', ' ')}: nothing is left to cancel, and nothing "
                            "was changed", code="nothing_to_cancel")
-        db.execute(conn, "versions_request_cancel", {"content_id": content_id, "version": version, "actor": actor})
-        moved = tasks.cancel_waiting(conn, content_id, version, actor=actor)
+        db.execute(conn, "versions_request_cancel", {"content_id": content_id, "version": version,
+                                                     "actor": by.owner})
+        moved = tasks.cancel_waiting(conn, content_id, version, actor=by.owner)
     return len(moved)

@@ -8,13 +8,13 @@ from pipeline import versions
 from pipeline.core.records import idempotency_key
 from receipts.calls import ReceiptBook
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import draft, wait_until
+from testkit.helpers import EDITOR, draft, wait_until
 from testkit.system import System, drain, kill
 
 
 def save_one_block(system: System):
     with system.db() as conn:
-        saved = versions.save(conn, draft(1), system.cfg, actor="editor")
+        saved = versions.save(conn, draft(1), system.cfg, by=EDITOR)
         rows = conn.execute("SELECT * FROM tasks WHERE content_id = %s ORDER BY id", (saved.content_id,)).fetchall()
     return saved, rows  # image, tts, bundle
 

@@ -20,6 +20,7 @@ from rq import Queue
 from pipeline import attempt, runtime, settings
 from pipeline.core.content import parse_draft
 from pipeline.core.errors import PipelineError
+from pipeline.core.principal import Principal
 from pipeline.db import connect
 from pipeline.core.lanes import all_queues
 from pipeline.tasks import Asset, Task
@@ -81,6 +82,19 @@ def unwritable(folder: Path) -> Iterator[Path]:
 def lesson(n: int = 3, *, title: str = "校园生活", locale: str = "zh-CN", prefix: str = "") -> dict:
     return {"title": title, "locale": locale,
             "blocks": [{"key": f"b{i}", "text": f"{prefix}第{i}段：我们在学校学习。"} for i in range(1, n + 1)]}
+
+
+# Who a test acts as when it calls the pipeline itself, without the web: people holding no API key, so no key's
+# limits or spend apply (`keyed` gives one a key).
+EDITOR = Principal.without_key("editor", role="editor")
+SECOND_EDITOR = Principal.without_key("editor2", role="editor")
+IMPORTER = Principal.without_key("importer", role="editor")   # a bulk import's saves
+OPERATOR = Principal.without_key("operator", role="admin")    # what bin/keys acts as
+
+
+def keyed(key_id: int, who: Principal = EDITOR) -> Principal:
+    """`who` acting with the API key `key_id`: that key's own limits and daily spend apply."""
+    return dataclasses.replace(who, key_id=key_id)
 
 
 def draft(n: int = 3, **kw):

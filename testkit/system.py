@@ -26,7 +26,7 @@ from pipeline import settings as settings_mod
 from pipeline.db import connect
 from pipeline.core.lanes import worker_queues
 from testkit import forkserver
-from testkit.helpers import wait_until
+from testkit.helpers import EDITOR, wait_until
 from testkit.stack import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ class System:
         from testkit.helpers import lesson
 
         with self.db() as conn:
-            saved = versions.save(conn, parse_draft(lesson(blocks, prefix=prefix)), self.cfg, actor="e")
+            saved = versions.save(conn, parse_draft(lesson(blocks, prefix=prefix)), self.cfg, by=EDITOR)
             image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image' ORDER BY id LIMIT 1",
                                  (saved.content_id,)).fetchone()
         return saved.content_id, image["id"]

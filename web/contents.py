@@ -48,9 +48,8 @@ def _save(content_id: int | None) -> Response:
     asked = lanes.parse_priority(body["priority"]) if "priority" in body else None   # "bulk": an import
     lane, why = lanes.save_lane(asked, len(draft.blocks), bulk_from=settings().bulk_save_blocks,
                                 may_insist=g.principal.may("admin"))
-    saved = versions.save(get_conn(), draft, settings(), actor=g.principal.owner, content_id=content_id,
-                          base_version=base, save_key=key, key_id=g.principal.key_id, lane=lane, send_at_once=True,
-                          team=g.principal.team)
+    saved = versions.save(get_conn(), draft, settings(), by=g.principal, content_id=content_id, base_version=base,
+                          save_key=key, lane=lane, send_at_once=True)
     log("saved", content_id=saved.content_id, version=saved.version, created=saved.created, lane=lane,
         outbox_ids=list(saved.outbox_ids))
     send_fast(saved.outbox_ids)
@@ -101,7 +100,7 @@ def get_version(content_id: int, version: int):
 @require("edit")
 def cancel_version(content_id: int, version: int):
     inputs.json_body(required=False)
-    cancelled = versions.cancel(get_conn(), content_id, version, actor=g.principal.owner)
+    cancelled = versions.cancel(get_conn(), content_id, version, by=g.principal)
     location = url_for("api.contents.get_version", content_id=content_id, version=version)
     response = jsonify(content_id=content_id, version=version, cancelled_now=cancelled, status_url=location)
     response.status_code = 202
@@ -127,8 +126,7 @@ def create_job():
     if not cfg.demo_mode:
         raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
     theme, scenario, locale = demo.parse_job(inputs.json_body())
-    saved = demo.start_job(get_conn(), cfg, theme, scenario, locale=locale, actor=g.principal.owner,
-                           key_id=g.principal.key_id, team=g.principal.team)
+    saved = demo.start_job(get_conn(), cfg, theme, scenario, locale=locale, by=g.principal)
     send_fast(saved.outbox_ids)
     return accepted(saved, theme=theme, scenario=scenario)
 
@@ -253,9 +251,8 @@ def _save_form(content_id: int | None):
         inputs.check_storable(body)
         draft = parse_draft(body)
         lane, _ = lanes.save_lane(None, len(draft.blocks), bulk_from=settings().bulk_save_blocks, may_insist=False)
-        saved = versions.save(get_conn(), draft, settings(), actor=g.user.owner, content_id=content_id,
-                              base_version=base, key_id=g.user.key_id, lane=lane, send_at_once=True,
-                              team=g.user.team)
+        saved = versions.save(get_conn(), draft, settings(), by=g.user, content_id=content_id, base_version=base,
+                              lane=lane, send_at_once=True)
     except (InvalidInput, Conflict, CapacityExceeded, KeyLimitReached) as exc:
         status = (422 if isinstance(exc, InvalidInput) else 409 if isinstance(exc, Conflict)
                   else 429 if isinstance(exc, KeyLimitReached) else 503)
@@ -281,7 +278,7 @@ def edit_content_post(content_id: int):
 def cancel(content_id: int, version: int):
     need("edit")
     try:
-        count = versions.cancel(get_conn(), content_id, version, actor=g.user.owner)
+        count = versions.cancel(get_conn(), content_id, version, by=g.user)
     except Conflict as exc:
         flash(refusal(gettext("Not cancelled"), exc), "error")
         return back_to_board(content_id, version)
@@ -299,8 +296,7 @@ def demo_job():
         raise NotFound("demo jobs exist only in demo mode (DEMO_MODE=true)")
     theme, scenario, _ = demo.parse_job({"theme": request.form.get("theme", ""),
                                          "scenario": request.form.get("scenario") or None})
-    saved = demo.start_job(get_conn(), cfg, theme, scenario, actor=g.user.owner, key_id=g.user.key_id,
-                           team=g.user.team)
+    saved = demo.start_job(get_conn(), cfg, theme, scenario, by=g.user)
     send_fast(saved.outbox_ids)
     flash(gettext("Demo lesson %(theme)s created with the %(scenario)s scenario armed.", theme=theme,
                   scenario=scenario) if scenario else gettext("Demo lesson %(theme)s created.", theme=theme), "ok")

@@ -51,8 +51,8 @@ def compare_versions(content_id: int):
 @require("review")
 def approve_version(content_id: int, version: int):
     inputs.json_body(required=False)
-    approval = review.approve(get_conn(), content_id, version, actor=g.principal.owner,
-                              key_id=g.principal.key_id, allow_self=settings().allow_self_approval)
+    approval = review.approve(get_conn(), content_id, version, by=g.principal,
+                              allow_self=settings().allow_self_approval)
     return jsonify(content_id=approval.content_id, version=approval.version, approved_at=approval.approved_at,
                    approved_by=approval.approved_by,
                    delivery_url=url_for("api.contents.get_delivery", content_id=content_id))
@@ -60,7 +60,7 @@ def approve_version(content_id: int, version: int):
 
 def _decision(content_id: int, version: int, decision: str):
     note = inputs.text(inputs.json_object(), "note", MAX_NOTE)
-    done = review.decide(get_conn(), content_id, version, decision, note, actor=g.principal.owner)
+    done = review.decide(get_conn(), content_id, version, decision, note, by=g.principal)
     return jsonify({**done, "status_url": url_for("api.contents.get_version", content_id=content_id,
                                                   version=version)})
 
@@ -81,7 +81,7 @@ def request_changes(content_id: int, version: int):
 @require("review")
 def withdraw_approval(content_id: int, version: int):
     note = inputs.text(inputs.json_object(), "note", MAX_NOTE)
-    done = review.withdraw(get_conn(), content_id, version, note, actor=g.principal.owner)
+    done = review.withdraw(get_conn(), content_id, version, note, by=g.principal)
     return jsonify({**done, "delivery_url": url_for("api.contents.get_delivery", content_id=content_id)})
 
 
@@ -97,8 +97,7 @@ def compare(content_id: int):
 def approve(content_id: int, version: int):
     need("review")
     try:
-        review.approve(get_conn(), content_id, version, actor=g.user.owner, key_id=g.user.key_id,
-                       allow_self=settings().allow_self_approval)
+        review.approve(get_conn(), content_id, version, by=g.user, allow_self=settings().allow_self_approval)
         flash(gettext("Version %(version)s is approved; it is what the delivery serves now.", version=version), "ok")
     except Conflict as exc:
         flash(refusal(gettext("Not approved"), exc), "error")
@@ -118,11 +117,11 @@ def decide(content_id: int, version: int):
         return back_to_board(content_id, version)
     try:
         if decision == "withdraw":
-            review.withdraw(get_conn(), content_id, version, note, actor=g.user.owner)
+            review.withdraw(get_conn(), content_id, version, note, by=g.user)
             flash(gettext("The approval of version %(version)s is withdrawn; the delivery answers with your note "
                           "until a version is approved.", version=version), "ok")
         else:
-            review.decide(get_conn(), content_id, version, decision, note, actor=g.user.owner)
+            review.decide(get_conn(), content_id, version, decision, note, by=g.user)
             flash(gettext("Version %(version)s is rejected.", version=version) if decision == "rejected" else
                   gettext("Changes are requested for version %(version)s.", version=version), "ok")
     except REFUSALS as exc:

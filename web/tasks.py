@@ -40,8 +40,7 @@ def get_task(task_id: int):
 def retry_task(task_id: int):
     body = inputs.json_object(required=False)
     accept = inputs.flag(body, "accept_duplicate_risk")
-    reopened = review.retry(get_conn(), task_id, settings(), actor=g.principal.owner, accept_duplicate_risk=accept,
-                            key_id=g.principal.key_id)
+    reopened = review.retry(get_conn(), task_id, settings(), by=g.principal, accept_duplicate_risk=accept)
     send_fast(reopened.outbox_ids)
     location = url_for("api.tasks.get_task", task_id=task_id)
     response = jsonify(task_id=task_id, status=reopened.status, attempts=reopened.attempts,
@@ -79,7 +78,7 @@ def _rerun(task_id: int, *, earlier_names: bool = False):
     """Rerun the task; with `earlier_names`, the answer also has replay_id and replay_of."""
     body = inputs.json_object()
     why = inputs.text(body, "why", MAX_NOTE)
-    done = rerun.rerun(get_conn(), task_id, settings(), actor=g.principal.owner, why=why, key_id=g.principal.key_id,
+    done = rerun.rerun(get_conn(), task_id, settings(), by=g.principal, why=why,
                        extend_deadline_seconds=_extension(body))
     send_fast(done.outbox_ids)
     location = url_for("api.tasks.get_task", task_id=task_id)
@@ -102,7 +101,7 @@ def resolve_task(task_id: int):
         raise InvalidInput("outcome must be \"failed\": an unknown task can be closed as failed here; "
                            "a success is recorded only from the provider's own answer", field="outcome")
     note = inputs.text(body, "note", MAX_NOTE)
-    row = review.resolve_failed(get_conn(), task_id, note, actor=g.principal.owner)
+    row = review.resolve_failed(get_conn(), task_id, note, by=g.principal)
     return jsonify(task_id=task_id, status=row["status"], last_error=row["last_error"],
                    status_url=url_for("api.tasks.get_task", task_id=task_id))
 
@@ -113,8 +112,8 @@ def regenerate_task(task_id: int):
     body = inputs.json_object(required=False)
     accept = inputs.flag(body, "accept_new_charge")
     reason = inputs.text(body, "reason", MAX_NOTE) if accept or "reason" in body else ""
-    made = regenerate.regenerate(get_conn(), task_id, settings(), actor=g.principal.owner, reason=reason,
-                                 accept_new_charge=accept, key_id=g.principal.key_id)
+    made = regenerate.regenerate(get_conn(), task_id, settings(), by=g.principal, reason=reason,
+                                 accept_new_charge=accept)
     send_fast(made.saved.outbox_ids)
     return accepted(made.saved, task_id=made.task_id, replaced_task_id=task_id, replaced_sha256=made.replaced_sha256,
                     estimated_cost=made.estimated_cost,
@@ -149,8 +148,7 @@ def retry(task_id: int):
     need("edit")
     accept = request.form.get("accept_duplicate_risk") == "yes"
     try:
-        reopened = review.retry(get_conn(), task_id, settings(), actor=g.user.owner, accept_duplicate_risk=accept,
-                                key_id=g.user.key_id)
+        reopened = review.retry(get_conn(), task_id, settings(), by=g.user, accept_duplicate_risk=accept)
         send_fast(reopened.outbox_ids)
         flash(gettext("Task %(task)s will run again (attempt budget now %(attempts)s), with the duplicate-charge "
                       "risk accepted by you.", task=task_id, attempts=reopened.max_attempts) if accept else
@@ -175,8 +173,8 @@ def rerun_post(task_id: int):
         return _task_redirect(task_id)
     try:
         inputs.check_storable(why, "why")
-        done = rerun.rerun(get_conn(), task_id, settings(), actor=g.user.owner, why=why[:MAX_NOTE],
-                           key_id=g.user.key_id, extend_deadline_seconds=EXTENSIONS[extension])
+        done = rerun.rerun(get_conn(), task_id, settings(), by=g.user, why=why[:MAX_NOTE],
+                           extend_deadline_seconds=EXTENSIONS[extension])
         send_fast(done.outbox_ids)
         flash(gettext("Task %(task)s is rerun from attempt %(attempt)s; its dead letter is kept.",
                       task=task_id, attempt=done.first_attempt), "ok")
@@ -194,7 +192,7 @@ def resolve(task_id: int):
         return _task_redirect(task_id)
     try:
         inputs.check_storable(note, "note")
-        review.resolve_failed(get_conn(), task_id, note[:MAX_NOTE], actor=g.user.owner)
+        review.resolve_failed(get_conn(), task_id, note[:MAX_NOTE], by=g.user)
         flash(gettext("Task %(task)s is marked as failed.", task=task_id), "ok")
     except (Conflict, InvalidInput) as exc:
         flash(refusal(gettext("Not changed"), exc), "error")
@@ -217,8 +215,8 @@ def regenerate_post(task_id: int):
         flash(gettext("Tick the box to accept a new charge, and say why you want a new one."), "error")
         return redirect(url_for("ui.tasks.regenerate_page", task_id=task_id), code=303)
     try:
-        made = regenerate.regenerate(get_conn(), task_id, settings(), actor=g.user.owner, reason=reason,
-                                     accept_new_charge=True, key_id=g.user.key_id)
+        made = regenerate.regenerate(get_conn(), task_id, settings(), by=g.user, reason=reason,
+                                     accept_new_charge=True)
     except REFUSALS as exc:
         flash(refusal(gettext("Not regenerated"), exc), "error")
         return redirect(url_for("ui.tasks.regenerate_page", task_id=task_id), code=303)

@@ -5,7 +5,7 @@ import pytest
 import redis
 
 from pipeline import dispatch, versions
-from testkit.helpers import draft, wait_until
+from testkit.helpers import EDITOR, draft, wait_until
 from testkit.system import System
 from testkit.webapp import TEST_ENV
 
@@ -22,7 +22,7 @@ def test_a_worker_process_holds_at_most_two_database_connections(database_url, r
             system.start_worker(queue)
         # when a lesson's images, narrations and bundle run through them
         with system.db() as conn:
-            saved = versions.save(conn, draft(3), system.cfg, actor="e")
+            saved = versions.save(conn, draft(3), system.cfg, by=EDITOR)
             dispatch.send_due(conn, redis.Redis.from_url(redis_url))
 
             def statuses():

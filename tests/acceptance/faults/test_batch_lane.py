@@ -8,7 +8,7 @@ from pipeline import versions
 from pipeline.core.content import parse_draft
 from pipeline.core.records import idempotency_key
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import wait_until
+from testkit.helpers import EDITOR, IMPORTER, wait_until
 from testkit.system import kill
 
 BATCH = {"IMAGE_BULK_BACKEND": "batch", "IMAGE_BATCH_GATHER_SECONDS": "0.5", "IMAGE_BATCH_POLL_SECONDS": "0.2"}
@@ -18,7 +18,7 @@ def bulk_lesson(system, blocks=4, prefix="", texts=None):
     texts = texts or [f"{prefix}Bulk part {i}: the water cycle." for i in range(blocks)]
     body = {"title": "Import", "locale": "en-US", "blocks": [{"key": f"b{i}", "text": t} for i, t in enumerate(texts)]}
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(body), system.cfg, actor="import", lane="bulk")
+        saved = versions.save(conn, parse_draft(body), system.cfg, by=IMPORTER, lane="bulk")
     return saved.content_id
 
 
@@ -220,7 +220,7 @@ def test_a_batch_whose_work_was_superseded_is_cancelled_at_the_provider(system, 
     with system.db() as conn:   # the import is saved again with other texts: the first version's work is superseded
         body = {"title": "Import", "locale": "en-US",
                 "blocks": [{"key": f"b{i}", "text": f"new part {i}"} for i in range(2)]}
-        versions.save(conn, parse_draft(body), system.cfg, actor="import", content_id=content, base_version=1,
+        versions.save(conn, parse_draft(body), system.cfg, by=IMPORTER, content_id=content, base_version=1,
                       lane="bulk")
     first = next(iter(fake.batch.batches.values()))
     wait_until(lambda: first.obj["status"] == "cancelled", timeout=60, message="the cancel at the provider")
@@ -243,7 +243,7 @@ def test_an_editors_save_finishes_while_a_bulk_batch_is_pending(system, fake):
     wait_until(lambda: fake.batch.created == 1, timeout=60, message="the bulk batch")
     with system.db() as conn:
         body = {"title": "Now", "locale": "en-US", "blocks": [{"key": "a", "text": "An editor's block."}]}
-        editor = versions.save(conn, parse_draft(body), system.cfg, actor="editor").content_id
+        editor = versions.save(conn, parse_draft(body), system.cfg, by=EDITOR).content_id
     assert {r["status"] for r in all_settled(system, editor, timeout=30)} == {"succeeded"}
     assert {r["status"] for r in images(system, bulk)} == {"running"}   # still in their batch
 
@@ -253,7 +253,7 @@ def test_a_refused_prompt_is_not_sent_again_unchanged_until_a_person_asks(system
         system.start_worker(queue)
     with system.db() as conn:
         body = {"title": "T", "locale": "en-US", "blocks": [{"key": "a", "text": "A FORBIDDEN scene."}]}
-        saved = versions.save(conn, parse_draft(body), system.cfg, actor="editor")
+        saved = versions.save(conn, parse_draft(body), system.cfg, by=EDITOR)
     system.dispatch()
     first = wait_until(lambda: (r := images(system, saved.content_id)[0])["status"] == "failed" and r, timeout=30,
                        message="the refusal")
@@ -263,7 +263,7 @@ def test_a_refused_prompt_is_not_sent_again_unchanged_until_a_person_asks(system
     with system.db() as conn:   # the same block saved again (its narration changed): the image input is unchanged
         body["blocks"][0]["text"] = "A FORBIDDEN scene."
         body["title"] = "T2"
-        again = versions.save(conn, parse_draft(body), system.cfg, actor="editor", content_id=saved.content_id,
+        again = versions.save(conn, parse_draft(body), system.cfg, by=EDITOR, content_id=saved.content_id,
                               base_version=1)
         listed = conn.execute("SELECT problem FROM tasks_needing_attention WHERE id = %s", (first["id"],)).fetchone()
     assert listed is None or listed["problem"] == "refused"
@@ -274,7 +274,7 @@ def test_a_refused_prompt_is_not_sent_again_unchanged_until_a_person_asks(system
     assert fake.calls_for(idempotency_key(second["fingerprint"], second["id"])).requests == 0   # not sent
     from pipeline import review
     with system.db() as conn:   # a person asks for it again: it is sent, and refused again
-        review.retry(conn, second["id"], system.cfg, actor="editor")
+        review.retry(conn, second["id"], system.cfg, by=EDITOR)
         event = conn.execute("SELECT details FROM events WHERE task_id = %s AND action = 'manual_retry'",
                              (second["id"],)).fetchone()
     assert event["details"]["refusal_overridden"]["task_id"] == first["id"]

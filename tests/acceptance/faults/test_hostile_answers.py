@@ -17,7 +17,7 @@ from rq import Worker
 from pipeline import versions
 from pipeline.core.content import parse_draft
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import lesson, wait_until
+from testkit.helpers import EDITOR, lesson, wait_until
 
 PEAK_RSS_LIMIT_MB = 250
 
@@ -46,7 +46,7 @@ def test_a_hostile_answer_ends_its_task_unknown_and_the_same_worker_serves_the_n
     worker = system.start_worker("image")
     fake.script(behaviour)
     with system.db() as conn:
-        first = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        first = versions.save(conn, parse_draft(lesson(1)), system.cfg, by=EDITOR)
     started = time.monotonic()
     system.dispatch()
     # when / then: the task is unknown well within a minute, not retried
@@ -55,7 +55,7 @@ def test_a_hostile_answer_ends_its_task_unknown_and_the_same_worker_serves_the_n
     assert task["attempts"] == 1
     # and the worker lives on, its memory bounded, and serves the next lesson
     with system.db() as conn:
-        second = versions.save(conn, parse_draft(lesson(1, prefix="新")), system.cfg, actor="e")
+        second = versions.save(conn, parse_draft(lesson(1, prefix="新")), system.cfg, by=EDITOR)
     system.dispatch()
     system.wait_status(image_task(system, second.content_id)["id"], "succeeded", timeout=30)
     assert worker.poll() is None
@@ -72,7 +72,7 @@ def test_a_call_never_outlives_its_tasks_total_deadline(system, fake):
                message="the worker listening (a slow start must not eat the 4 s)")
     fake.script(Behaviour("trickle", seconds=0.5, endpoint="image"))
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, by=EDITOR)
     started = time.monotonic()
     system.dispatch()
     # then: the trickling call ends at the task's deadline, not the call's

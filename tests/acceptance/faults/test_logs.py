@@ -7,7 +7,7 @@ import json
 from pipeline import versions
 from pipeline.core.content import parse_draft
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import lesson
+from testkit.helpers import EDITOR, lesson
 
 
 def test_every_job_log_line_carries_the_task_the_lease_and_the_attempt(system, fake):
@@ -15,7 +15,7 @@ def test_every_job_log_line_carries_the_task_the_lease_and_the_attempt(system, f
     fake.script(Behaviour.fail(400, endpoint="image"))
     system.start_worker("image"), system.start_worker("tts")
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, by=EDITOR)
         tasks = {r["kind"]: r for r in conn.execute("SELECT id, kind::text FROM tasks WHERE content_id = %s",
                                                       (saved.content_id,))}
     system.dispatch()
@@ -44,7 +44,7 @@ def test_no_log_line_carries_the_text_of_a_prompt(system, fake):
     for queue in ("image", "tts", "bundle"):
         system.start_worker(queue)
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(2, prefix=marker)), system.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(2, prefix=marker)), system.cfg, by=EDITOR)
         ids = [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind <> 'bundle'",
                                              (saved.content_id,))]
     outputs = [system.dispatch()]

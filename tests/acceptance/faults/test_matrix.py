@@ -12,7 +12,7 @@ import pytest
 from pipeline import versions
 from pipeline.core.records import idempotency_key
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import draft, lesson, wait_until
+from testkit.helpers import EDITOR, draft, lesson, wait_until
 from testkit.system import kill, settle
 
 
@@ -47,7 +47,7 @@ def test_a_worker_started_while_redis_is_away_waits_for_it_instead_of_exiting(st
 def test_a_dispatcher_dying_with_claimed_rows_leaves_them_to_be_sent_after_the_claim_lease(stack, fake):
     kill(stack.procs["dispatcher"])
     with stack.system.db() as conn:
-        saved = versions.save(conn, draft(1), stack.system.cfg, actor="e")
+        saved = versions.save(conn, draft(1), stack.system.cfg, by=EDITOR)
     stack.valkey.process.send_signal(signal.SIGSTOP)           # enqueue will hang
     try:
         doomed = stack.system._spawn([str(stack.system_root() / "bin" / "dispatch")], "doomed-dispatcher")

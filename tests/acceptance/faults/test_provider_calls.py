@@ -9,7 +9,7 @@ from pipeline import versions
 from pipeline.core.content import parse_draft
 from testkit.crashes import key_of
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import lesson, wait_until
+from testkit.helpers import EDITOR, lesson, wait_until
 from testkit.system import drain
 
 
@@ -31,12 +31,12 @@ def test_editing_one_block_of_five_makes_two_calls_and_reuses_the_other_eight(sy
     start_all(system)
     body = lesson(5)
     with system.db() as conn:
-        first = versions.save(conn, parse_draft(body), system.cfg, actor="e")
+        first = versions.save(conn, parse_draft(body), system.cfg, by=EDITOR)
     drain(system, first.content_id)
     before = len(fake.recorded)
     body["blocks"][2]["text"] = "第3段：我们改了这一段。"
     with system.db() as conn:
-        second = versions.save(conn, parse_draft(body), system.cfg, actor="e", content_id=first.content_id,
+        second = versions.save(conn, parse_draft(body), system.cfg, by=EDITOR, content_id=first.content_id,
                                base_version=1)
     rows = drain(system, second.content_id)
     assert {r["status"] for r in rows if r["version"] == 2} == {"succeeded"}
@@ -51,7 +51,7 @@ def test_a_read_timeout_after_send_is_unknown_with_one_call_and_no_repeat(system
     start_all(system)
     fake.script(Behaviour("hang", seconds=5, endpoint="image"))
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(1)), system.cfg, by=EDITOR)
         image = conn.execute("SELECT * FROM tasks WHERE content_id = %s AND kind = 'image'",
                              (saved.content_id,)).fetchone()
     system.dispatch()
@@ -70,7 +70,7 @@ def test_at_most_max_concurrency_image_calls_are_in_flight_across_four_workers(d
     fake.set_default(Behaviour("delay", seconds=0.3))
     start_all(limited, image_workers=4)
     with limited.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(8)), limited.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(8)), limited.cfg, by=EDITOR)
     rows = drain(limited, saved.content_id, timeout=90)
     assert {r["status"] for r in rows} == {"succeeded"}
     assert fake.max_in_flight("image") == 2
@@ -79,7 +79,7 @@ def test_at_most_max_concurrency_image_calls_are_in_flight_across_four_workers(d
 def test_the_bundle_manifest_matches_the_version_and_every_file(system, fake):
     start_all(system)
     with system.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(2)), system.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(2)), system.cfg, by=EDITOR)
     rows = drain(system, saved.content_id)
     bundle = rows[-1]
     path = system.cfg.media_dir / "assets" / bundle["asset_sha256"][:2] / bundle["asset_sha256"]
@@ -100,7 +100,7 @@ def test_a_worker_dying_mid_call_at_a_lookup_capable_provider_succeeds_by_lookup
     build_providers(local.cfg)["image"].arm("crash_mid_call")
     start_all(local)
     with local.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), local.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(1)), local.cfg, by=EDITOR)
     rows = drain(local, saved.content_id, timeout=60)
     image = rows[0]
     assert (image["status"], image["attempts"]) == ("succeeded", 1)
@@ -116,7 +116,7 @@ def test_an_unknown_outcome_is_resolved_by_the_next_reconcile_when_the_provider_
     build_providers(local.cfg)["image"].arm("accept_then_lose")   # the call is done, the answer is lost
     start_all(local)
     with local.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), local.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(1)), local.cfg, by=EDITOR)
         image = conn.execute("SELECT * FROM tasks WHERE content_id = %s AND kind = 'image'",
                              (saved.content_id,)).fetchone()
     local.dispatch()
@@ -135,7 +135,7 @@ def test_the_rate_limit_reschedules_without_spending_attempts(system, fake):
     limited = system.with_env(IMAGE_RATE_PER_MINUTE="2")
     limited.start_worker("image")
     with limited.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(3)), limited.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(3)), limited.cfg, by=EDITOR)
     limited.dispatch()
     with limited.db() as conn:
         def settled():
@@ -153,7 +153,7 @@ def test_secrets_never_reach_logs_or_receipts(system, fake):
     fake.script(Behaviour.fail(401, message="bad key", endpoint="image"))
     start_all(system)
     with system.db() as conn:
-        versions.save(conn, parse_draft(lesson(1)), system.cfg, actor="e")
+        versions.save(conn, parse_draft(lesson(1)), system.cfg, by=EDITOR)
     system.dispatch()
     image = system.wait_status(1, "failed")
     assert "bad key" in image["last_error"] and "sk-test" not in image["last_error"]

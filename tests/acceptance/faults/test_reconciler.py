@@ -9,13 +9,13 @@ import redis
 from pipeline import storage, versions
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler
-from testkit.helpers import draft, wait_until
+from testkit.helpers import EDITOR, draft, wait_until
 from testkit.system import drain
 
 
 def test_flushall_with_fifty_tasks_queued_loses_nothing_and_runs_nothing_twice(system, fake):
     with system.db() as conn:
-        saved = [versions.save(conn, draft(8, prefix=str(i)), system.cfg, actor="e") for i in range(3)]
+        saved = [versions.save(conn, draft(8, prefix=str(i)), system.cfg, by=EDITOR) for i in range(3)]
     system.dispatch()
     client = redis.Redis.from_url(system.env["REDIS_URL"])
     queued = sum(client.llen(f"rq:queue:{q}") for q in ("image", "tts"))
@@ -40,7 +40,7 @@ def test_flushall_with_fifty_tasks_queued_loses_nothing_and_runs_nothing_twice(s
 
 def test_rows_claimed_by_a_dead_dispatcher_are_sent_after_the_claim_lease(system):
     with system.db() as conn:
-        versions.save(conn, draft(1), system.cfg, actor="e")
+        versions.save(conn, draft(1), system.cfg, by=EDITOR)
         # given a dispatcher that claimed the rows and died before enqueueing them (a claim held long enough that
         # no slow start of the command below can outlive it)
         claimed = conn.execute("UPDATE outbox SET claim_token = gen_random_uuid(), claim_until = now() + "
@@ -93,7 +93,7 @@ def test_two_cron_runs_of_one_slot_make_one_run_and_the_second_says_so(system):
 def test_a_reconcile_run_over_a_large_history_works_in_bounded_batches(system, capsys):
     batch = 200
     with system.db() as conn:
-        versions.save(conn, draft(1), system.cfg, actor="e")
+        versions.save(conn, draft(1), system.cfg, by=EDITOR)
         conn.execute("""
             INSERT INTO versions (content_id, version, title, locale, blocks, digest, saved_by, deadline_at)
             SELECT 1, 1 + g, 't', 'zh', '[]', 'd', 'e', now() + interval '1 hour' FROM generate_series(1, 1) g;

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline import versions
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import draft, wait_until
+from testkit.helpers import EDITOR, draft, wait_until
 from testkit.system import ROOT, kill, spawn
 from testkit.crashes import worker_in_the_middle_of_an_image_call
 
@@ -33,7 +33,7 @@ def test_tasks_behind_one_slot_are_each_parked_once_and_woken_by_the_call_before
     for _ in range(3):
         one.start_worker("image")
     with one.db() as conn:
-        saved = versions.save(conn, draft(3), one.cfg, actor="editor")
+        saved = versions.save(conn, draft(3), one.cfg, by=EDITOR)
     spawn(one, [str(ROOT / "bin" / "dispatch")], "dispatcher")
     wait_until(lambda: all(t["status"] == "succeeded" for t in image_tasks(one, saved.content_id)), timeout=40,
                message="the three images made one after another")
@@ -47,10 +47,10 @@ def test_tasks_behind_one_slot_are_each_parked_once_and_woken_by_the_call_before
 def test_the_slot_of_a_worker_killed_mid_call_frees_with_its_attempts_recovery_and_wakes_the_waiter(system, fake):
     one = system.with_env(IMAGE_MAX_CONCURRENCY="1", IMAGE_READ_TIMEOUT="30", RECOVERY_SCAN_SECONDS="0.5")
     with one.db() as conn:
-        first = versions.save(conn, draft(1, prefix="first"), one.cfg, actor="editor")
+        first = versions.save(conn, draft(1, prefix="first"), one.cfg, by=EDITOR)
     dead = worker_in_the_middle_of_an_image_call(one, fake)
     with one.db() as conn:
-        second = versions.save(conn, draft(1, prefix="second"), one.cfg, actor="editor")
+        second = versions.save(conn, draft(1, prefix="second"), one.cfg, by=EDITOR)
         held = conn.execute("SELECT held_until, held_until - now() AS left FROM provider_slots "
                             "WHERE holder IS NOT NULL").fetchone()
     one.start_worker("image")

@@ -13,7 +13,7 @@ import pytest
 from pipeline import versions
 from pipeline.core.content import parse_draft
 from testkit.fakeprovider import Behaviour
-from testkit.helpers import lesson, wait_until
+from testkit.helpers import EDITOR, lesson, wait_until
 from testkit.system import drain
 
 
@@ -45,7 +45,7 @@ def test_a_quick_resave_pays_once_for_every_input_that_was_in_flight(system, fak
     guarded.start_worker("bundle")
     body = lesson(3)
     with guarded.db() as conn:
-        first = versions.save(conn, parse_draft(body), guarded.cfg, actor="e")
+        first = versions.save(conn, parse_draft(body), guarded.cfg, by=EDITOR)
     guarded.dispatch()
     if timing == "held in flight":
         wait_until(lambda: fake.in_flight("image") == 3 and fake.in_flight("audio") == 3, timeout=30,
@@ -55,7 +55,7 @@ def test_a_quick_resave_pays_once_for_every_input_that_was_in_flight(system, fak
     # when: the editor fixes a typo in block 2
     body["blocks"][1]["text"] = "第2段：我们在学校学习汉语。"
     with guarded.db() as conn:
-        versions.save(conn, parse_draft(body), guarded.cfg, actor="e", content_id=first.content_id, base_version=1)
+        versions.save(conn, parse_draft(body), guarded.cfg, by=EDITOR, content_id=first.content_id, base_version=1)
     guarded.dispatch()
     deadline = time.monotonic() + 120
     while any(status != "succeeded" for status, _ in statuses(guarded, first.content_id, 2).values()):
@@ -85,7 +85,7 @@ def test_racing_workers_never_pass_the_daily_budget_and_paused_work_resumes_when
     budget = system.with_env(IMAGE_COST_PER_CALL="1", IMAGE_DAILY_BUDGET="20", BUDGET_RECHECK_SECONDS="1")
     workers = [budget.start_worker("image") for _ in range(4)]
     with budget.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(50)), budget.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(50)), budget.cfg, by=EDITOR)
     budget.dispatch()
 
     def images() -> Counter:
@@ -125,7 +125,7 @@ def test_two_contents_with_the_same_blocks_each_get_a_bundle_true_about_itself(s
     manifests = []
     for _ in range(2):
         with system.db() as conn:
-            saved = versions.save(conn, parse_draft(lesson(2)), system.cfg, actor="e")
+            saved = versions.save(conn, parse_draft(lesson(2)), system.cfg, by=EDITOR)
         rows = drain(system, saved.content_id)
         bundle = rows[-1]
         path = system.cfg.media_dir / "assets" / bundle["asset_sha256"][:2] / bundle["asset_sha256"]
@@ -144,7 +144,7 @@ def test_a_key_honouring_provider_retrying_an_ambiguous_call_is_booked_once(syst
     fake.script(Behaviour("hang", seconds=4, endpoint="image"))
     honest.start_worker("image")
     with honest.db() as conn:
-        saved = versions.save(conn, parse_draft(lesson(1)), honest.cfg, actor="e")
+        saved = versions.save(conn, parse_draft(lesson(1)), honest.cfg, by=EDITOR)
         image = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
                              (saved.content_id,)).fetchone()
     honest.dispatch()

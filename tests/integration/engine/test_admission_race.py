@@ -9,7 +9,7 @@ import pytest
 from pipeline import versions
 from pipeline.core.errors import CapacityExceeded, KeyLimitReached
 from pipeline.db import connect
-from testkit.helpers import draft, make_settings
+from testkit.helpers import EDITOR, draft, keyed, make_settings
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -17,8 +17,8 @@ SAVERS = 12
 ROUNDS = 6
 
 
-def race(database_url, cfg, *, key_id=None, reset=False):
-    """SAVERS sessions save 1-block lessons (3 tasks each) at once, ROUNDS times; the saves accepted in each
+def race(database_url, cfg, *, by=EDITOR, reset=False):
+    """SAVERS sessions save 1-block lessons (3 tasks each) as `by` at once, ROUNDS times; the saves accepted in each
     round. `reset`: after each round every accepted version is cancelled, so the next one races from zero."""
     start = threading.Barrier(SAVERS)
     done = threading.Barrier(SAVERS)
@@ -29,12 +29,12 @@ def race(database_url, cfg, *, key_id=None, reset=False):
             for r in range(ROUNDS):
                 start.wait()
                 try:
-                    rounds[r].append(versions.save(c, draft(1, prefix=f"s{i}r{r}"), cfg, actor="a", key_id=key_id))
+                    rounds[r].append(versions.save(c, draft(1, prefix=f"s{i}r{r}"), cfg, by=by))
                 except (CapacityExceeded, KeyLimitReached):
                     pass
                 if done.wait() == 0 and reset:   # one saver clears the round while the others wait
                     for s in rounds[r]:
-                        versions.cancel(c, s.content_id, s.version, actor="test")
+                        versions.cancel(c, s.content_id, s.version, by=EDITOR)
                 done.wait()
     with ThreadPoolExecutor(SAVERS) as pool:
         list(pool.map(saver, range(SAVERS)))
@@ -70,7 +70,7 @@ def test_racing_saves_of_one_key_never_pass_its_own_pending_limit(database_url, 
     cfg = make_settings(database_url, redis_url, tmp_path, MAX_PENDING_TASKS="1000", KEY_MAX_PENDING_TASKS="30",
                         KEY_SAVES_PER_MINUTE="1000")
     # when twelve of its sessions race, six saves each
-    rounds = race(database_url, cfg, key_id=7)
+    rounds = race(database_url, cfg, by=keyed(7))
     # then ten saves fit (30 tasks), the rest were refused and wrote nothing
     assert sum(len(accepted) for accepted in rounds) == 10
     assert (written(conn)["tasks"], written(conn)["versions"]) == (30, 10)

@@ -10,7 +10,7 @@ from pipeline import db, tasks, versions
 from pipeline.core.lease import Claimable, Exit, claim_refusal, success_exit
 from pipeline.core.records import Asset
 from pipeline.core.states import TaskStatus
-from testkit.helpers import claim, draft
+from testkit.helpers import EDITOR, claim, draft
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -50,7 +50,7 @@ def facts(conn, task_id: int) -> tuple[Claimable, datetime]:
 
 
 def saved_task(conn, cfg, kind: str) -> dict:
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     return conn.execute("SELECT id, content_id FROM tasks WHERE content_id = %s AND kind = %s",
                         (saved.content_id, kind)).fetchone()
 
@@ -128,7 +128,7 @@ def test_the_success_function_moves_the_task_as_the_core_says_and_keeps_the_paid
 
 def test_a_success_unblocks_the_bundle_once_both_media_succeeded(conn, cfg):
     # given a one-block lesson whose image and narration are claimed
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     ids = {r["kind"]: r["id"] for r in conn.execute("SELECT id, kind::text AS kind FROM tasks WHERE content_id = %s",
                                                     (saved.content_id,))}
     image, speech = claim(cfg, ids["image"]), claim(cfg, ids["tts"])

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import dispatch, message, runtime, versions
 from pipeline.db import connect
-from testkit.helpers import draft, make_settings, task_rows
+from testkit.helpers import EDITOR, draft, make_settings, task_rows
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -49,7 +49,7 @@ def test_one_media_attempt_runs_the_code_of_no_more_of_our_modules_than_today(da
     runtime.install(rt)
     try:
         with connect(database_url, autocommit=True) as conn:
-            saved = versions.save(conn, draft(2), cfg, actor="editor")
+            saved = versions.save(conn, draft(2), cfg, by=EDITOR)
             dispatch.send_now(conn, rt.redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
             first, second = [r["id"] for r in task_rows(database_url, saved.content_id) if r["kind"] == "image"]
             assert message.run_task(first) == "succeeded"   # connections, slot rows and prepared statements warm

@@ -12,7 +12,7 @@ from pipeline import dispatch, pauses, versions
 from pipeline.core import lanes
 from pipeline.core.errors import Conflict
 from pipeline.reconcile import Reconciler
-from testkit.helpers import draft, wait_until
+from testkit.helpers import EDITOR, IMPORTER, draft, wait_until
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -48,10 +48,10 @@ def image_tasks(conn, content_id: int) -> list[dict]:
 
 def test_while_paused_no_bulk_task_is_claimed_or_sent_the_editors_work_runs_and_the_resume_loses_nothing(
         conn, cfg, client, rt, executor):
-    bulk = versions.save(conn, draft(2, prefix="import"), cfg, actor="importer", lane="bulk")
+    bulk = versions.save(conn, draft(2, prefix="import"), cfg, by=IMPORTER, lane="bulk")
     assert send(conn, client) == 4                      # its images and speech are in the bulk queues
     pauses.pause(conn, by="ops@example.com")
-    editor = versions.save(conn, draft(1, prefix="editor"), cfg, actor="editor")
+    editor = versions.save(conn, draft(1, prefix="editor"), cfg, by=EDITOR)
     dispatch.send_now(conn, client, editor.outbox_ids)
 
     work_images(client)
@@ -65,7 +65,7 @@ def test_while_paused_no_bulk_task_is_claimed_or_sent_the_editors_work_runs_and_
     assert [r["task_id"] for r in pending] == [t["id"] for t in held]
     assert send(conn, client) == 0 and queued(client, "image-bulk") == []
     # a bulk save is still accepted while paused, and waits
-    later = versions.save(conn, draft(1, prefix="later"), cfg, actor="importer", lane="bulk")
+    later = versions.save(conn, draft(1, prefix="later"), cfg, by=IMPORTER, lane="bulk")
     assert send(conn, client) == 0
     assert pauses.state(conn) | {"paused_at": None} == {"lane": "bulk", "paused": True, "paused_at": None,
                                                          "paused_by": "ops@example.com", "waiting": 8}
@@ -83,7 +83,7 @@ def test_while_paused_no_bulk_task_is_claimed_or_sent_the_editors_work_runs_and_
 
 def test_a_paused_task_does_not_fail_for_its_deadline_and_the_resume_gives_it_back_the_time_it_was_held(
         conn, cfg):
-    bulk = versions.save(conn, draft(1, prefix="import"), cfg, actor="importer", lane="bulk")
+    bulk = versions.save(conn, draft(1, prefix="import"), cfg, by=IMPORTER, lane="bulk")
     pause = pauses.pause(conn, by="ops@example.com")
     # the import had two seconds left when it was paused
     conn.execute("UPDATE tasks SET deadline_at = %s::timestamptz + interval '2 seconds' WHERE content_id = %s",

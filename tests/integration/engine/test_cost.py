@@ -7,7 +7,7 @@ import pytest
 from pipeline import dispatch, runtime, versions
 from pipeline.db import connect
 from pipeline.storage import receipt_book
-from testkit.helpers import draft, make_settings, work_burst
+from testkit.helpers import EDITOR, draft, make_settings, work_burst
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -26,7 +26,7 @@ def test_a_media_task_costs_at_most_three_write_transactions_and_keeps_its_recei
     cfg = make_settings(database_url, redis_url, tmp_path / "media", LEASE_SECONDS="60", HEARTBEAT_SECONDS="15")
     rt = runtime.with_providers(cfg, worker_id="w")
     with connect(database_url, autocommit=True) as conn:
-        saved = versions.save(conn, draft(BLOCKS), cfg, actor="editor")
+        saved = versions.save(conn, draft(BLOCKS), cfg, by=EDITOR)
         dispatch.send_now(conn, rt.redis, saved.outbox_ids, claim_seconds=cfg.dispatch_claim_seconds)
         before = next_xid(conn)
         # when a worker does every task: 2 per block, then the bundle (sent by the fast path)

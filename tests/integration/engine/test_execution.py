@@ -7,7 +7,7 @@ import redis
 from pipeline import db, dispatch, tasks, versions
 from pipeline.core.errors import Ambiguous, Busy, LeaseLost, Permanent, Transient
 from pipeline.db import connect
-from testkit.helpers import claim, draft, task_rows, wait_until, work_burst
+from testkit.helpers import EDITOR, claim, draft, task_rows, wait_until, work_burst
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -22,7 +22,7 @@ def statuses(conn, content_id):
 
 
 def test_a_saved_lesson_runs_to_completion_on_an_rq_worker(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(2), cfg, actor="a")
+    saved = versions.save(conn, draft(2), cfg, by=EDITOR)
     assert send_all(conn, cfg) == 4
     work_burst(rt)
     # the bundle was sent by the worker that completed the last media task (fast path), then ran
@@ -34,7 +34,7 @@ def test_a_saved_lesson_runs_to_completion_on_an_rq_worker(conn, cfg, rt, execut
 
 
 def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
     start = threading.Barrier(2)
 
@@ -51,7 +51,7 @@ def test_two_workers_given_the_same_task_claim_it_once(conn, cfg):
 
 
 def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
     stale_attempt = claim(cfg, task_id, worker="w1", lease_seconds=0.5, heartbeat_seconds=0.1)
     stale = stale_attempt.task
@@ -79,7 +79,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(conn, cfg):
 
 
 def test_a_duplicate_message_before_the_retry_time_neither_runs_nor_spends_an_attempt(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     image = task_rows(cfg.database_url, saved.content_id)[0]
     executor.script[image["id"]] = [Transient("connection refused")]
     send_all(conn, cfg)
@@ -96,7 +96,7 @@ def test_a_duplicate_message_before_the_retry_time_neither_runs_nor_spends_an_at
 
 
 def test_transient_errors_retry_with_growing_capped_delays_then_dead_letter(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     image = task_rows(cfg.database_url, saved.content_id)[0]
     executor.script[image["id"]] = [Transient("refused")] * 3
     delays = []
@@ -119,7 +119,7 @@ def test_transient_errors_retry_with_growing_capped_delays_then_dead_letter(conn
     (Busy("429", retry_after=0.3), "retry", 0, None),
 ])
 def test_each_error_class_leads_to_its_state(conn, cfg, rt, executor, error, status, attempts, dead):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     image = task_rows(cfg.database_url, saved.content_id)[0]
     executor.script[image["id"]] = [error]
     send_all(conn, cfg)
@@ -134,7 +134,7 @@ def test_each_error_class_leads_to_its_state(conn, cfg, rt, executor, error, sta
 
 
 def test_a_task_past_its_deadline_fails_at_claim_without_running(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     conn.execute("UPDATE tasks SET deadline_at = now() - interval '1 second' WHERE content_id = %s",
                  (saved.content_id,))
     send_all(conn, cfg)
@@ -146,7 +146,7 @@ def test_a_task_past_its_deadline_fails_at_claim_without_running(conn, cfg, rt, 
 
 
 def test_a_new_version_refuses_the_completion_of_an_old_running_task(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     image = task_rows(cfg.database_url, saved.content_id)[0]
     release, started = threading.Event(), threading.Event()
     executor.script[image["id"]] = [lambda task, ctx: (started.set(), release.wait(20))]
@@ -155,7 +155,7 @@ def test_a_new_version_refuses_the_completion_of_an_old_running_task(conn, cfg, 
     def save_new_version_meanwhile():
         wait_until(started.is_set, message="work started")
         with connect(cfg.database_url, autocommit=True) as other:
-            versions.save(other, draft(1, prefix="v2"), cfg, actor="a", content_id=saved.content_id,
+            versions.save(other, draft(1, prefix="v2"), cfg, by=EDITOR, content_id=saved.content_id,
                           base_version=1)
         release.set()
     editor = threading.Thread(target=save_new_version_meanwhile)
@@ -169,7 +169,7 @@ def test_a_new_version_refuses_the_completion_of_an_old_running_task(conn, cfg, 
 
 
 def test_the_bundle_runs_only_after_every_media_task_succeeded(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(2), cfg, actor="a")
+    saved = versions.save(conn, draft(2), cfg, by=EDITOR)
     rows = task_rows(cfg.database_url, saved.content_id)
     bundle = rows[-1]
     executor.script[rows[0]["id"]] = [Transient("once")]
@@ -189,7 +189,7 @@ def test_the_bundle_runs_only_after_every_media_task_succeeded(conn, cfg, rt, ex
 
 
 def test_cancelling_a_version_cancels_waiting_tasks_now_and_the_running_one_at_its_check(conn, cfg, rt, executor):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     image, tts, bundle = task_rows(cfg.database_url, saved.content_id)
     release, started = threading.Event(), threading.Event()
     executor.script[image["id"]] = [lambda task, ctx: (started.set(), release.wait(20))]
@@ -200,7 +200,7 @@ def test_cancelling_a_version_cancels_waiting_tasks_now_and_the_running_one_at_i
     def cancel_meanwhile():
         wait_until(started.is_set, message="image work started")
         with connect(cfg.database_url, autocommit=True) as other:
-            cancelled_now.append(versions.cancel(other, saved.content_id, 1, actor="editor@x"))
+            cancelled_now.append(versions.cancel(other, saved.content_id, 1, by=EDITOR))
             cancelled_now.append(db.one(other, "tasks_get", {"task_id": image["id"]})["status"])
         release.set()
     editor = threading.Thread(target=cancel_meanwhile)
@@ -214,12 +214,12 @@ def test_cancelling_a_version_cancels_waiting_tasks_now_and_the_running_one_at_i
 
 def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flight(conn, cfg):
     # given: version 1's first image is being paid for
-    saved = versions.save(conn, draft(2), cfg, actor="a")
+    saved = versions.save(conn, draft(2), cfg, by=EDITOR)
     old_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
     old = claim(cfg, old_id, worker="w1").task
     assert tasks.take_input(conn, old, 30)
     # when: the same text is saved again (the old task is superseded mid-call) and its twin runs
-    versions.save(conn, draft(2), cfg, actor="a", content_id=saved.content_id, base_version=1)
+    versions.save(conn, draft(2), cfg, by=EDITOR, content_id=saved.content_id, base_version=1)
     twin_row = next(r for r in task_rows(cfg.database_url, saved.content_id)
                     if r["version"] == 2 and r["fingerprint"] == old.fingerprint)
     twin = claim(cfg, twin_row["id"], worker="w2").task
@@ -237,7 +237,7 @@ def test_a_newer_versions_task_cannot_call_for_an_input_an_older_one_has_in_flig
 
 
 def test_the_heartbeat_lets_an_attempt_go_past_its_ceiling(conn, cfg):
-    saved = versions.save(conn, draft(1), cfg, actor="a")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     task_id = task_rows(cfg.database_url, saved.content_id)[0]["id"]
     held = claim(cfg, task_id, attempt_ceiling_seconds=1)
     assert held.beat() and not held.lost

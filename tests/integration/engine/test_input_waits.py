@@ -11,7 +11,7 @@ from pipeline import batches, db, storage, tasks, versions
 from pipeline.core.content import parse_draft
 from pipeline.core.errors import WaitingForInput
 from pipeline.db import connect
-from testkit.helpers import claim, make_settings, task_rows, wait_until
+from testkit.helpers import EDITOR, IMPORTER, SECOND_EDITOR, claim, make_settings, task_rows, wait_until
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -27,7 +27,7 @@ def cfg(database_url, redis_url, tmp_path):
 def bulk_image(conn, cfg, text):
     """The image task of a one-block lesson saved in the bulk lane."""
     body = {"title": "Import", "locale": "en-US", "blocks": [{"key": "b0", "text": text}]}
-    saved = versions.save(conn, parse_draft(body), cfg, actor="import", lane="bulk")
+    saved = versions.save(conn, parse_draft(body), cfg, by=IMPORTER, lane="bulk")
     return next(r for r in task_rows(cfg.database_url, saved.content_id) if r["kind"] == "image")
 
 
@@ -96,11 +96,11 @@ def test_a_task_parking_while_the_line_it_waits_for_is_settled_is_woken_by_the_s
 def test_a_task_parking_while_a_synchronous_holder_releases_its_input_is_woken_by_the_release(conn, cfg):
     # given: an editor's image claimed (its call holds the input), and a task with the same input claimed
     body = {"title": "Lesson", "locale": "en-US", "blocks": [{"key": "b0", "text": "A lake at dusk."}]}
-    first = versions.save(conn, parse_draft(body), cfg, actor="editor")
+    first = versions.save(conn, parse_draft(body), cfg, by=EDITOR)
     holder = claim(cfg, next(r for r in task_rows(cfg.database_url, first.content_id) if r["kind"] == "image")["id"],
                    worker="w1")
     assert holder.holds_input
-    second = versions.save(conn, parse_draft(body), cfg, actor="editor2")
+    second = versions.save(conn, parse_draft(body), cfg, by=SECOND_EDITOR)
     twin = claim(cfg, next(r for r in task_rows(cfg.database_url, second.content_id) if r["kind"] == "image")["id"],
                  worker="w2").task
     # when: the holder's call ends while the task parks

@@ -11,7 +11,7 @@ from bin.worker import Worker
 from pipeline import attempt, dispatch, runtime, versions
 from pipeline.db import connect
 from receipts.media import MediaStore
-from testkit.helpers import ControlledExecutor, draft, make_settings
+from testkit.helpers import EDITOR, ControlledExecutor, draft, make_settings
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -30,7 +30,7 @@ def test_a_job_enqueued_without_a_limit_is_stopped_past_the_workers_attempt_ceil
     try:
         conn = redis.Redis.from_url(redis_url)
         with connect(database_url, autocommit=True) as db_conn:
-            saved = versions.save(db_conn, draft(1), cfg, actor="e")
+            saved = versions.save(db_conn, draft(1), cfg, by=EDITOR)
             image = db_conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image'",
                                     (saved.content_id,)).fetchone()["id"]
             # a job stuck where the attempt's own ceiling cannot reach it (it never looks at its attempt)

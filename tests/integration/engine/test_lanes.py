@@ -1,6 +1,7 @@
 """Lanes: interactive work before bulk work, contents taking turns in the bulk lane, and every
 message a task ever gets (retry, re-send, unblocked dependent) in its version's lane."""
 
+import dataclasses
 import multiprocessing
 from datetime import datetime, timezone
 
@@ -16,7 +17,7 @@ from pipeline.db import connect
 from pipeline.reconcile import Reconciler
 from pipeline.runtime import Runtime
 from pipeline.tasks import Asset
-from testkit.helpers import claim, draft, make_settings, task_rows, wait_until
+from testkit.helpers import EDITOR, IMPORTER, claim, draft, make_settings, task_rows, wait_until
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -63,7 +64,7 @@ def test_the_lane_enum_matches_the_database(conn):
 
 
 def test_a_bulk_save_is_left_to_the_dispatcher_which_sends_it_to_the_bulk_queues(conn, cfg, client):
-    saved = versions.save(conn, draft(3), cfg, actor="importer", lane="bulk")
+    saved = versions.save(conn, draft(3), cfg, by=IMPORTER, lane="bulk")
     # no fast path for bulk work: its rows wait for the dispatcher's turns
     assert saved.outbox_ids == () and saved.lane == "bulk"
     rows = conn.execute("SELECT lane FROM outbox").fetchall()
@@ -75,7 +76,7 @@ def test_a_bulk_save_is_left_to_the_dispatcher_which_sends_it_to_the_bulk_queues
 
 
 def test_an_interactive_save_is_sent_at_once_to_the_interactive_queues(conn, cfg, client):
-    saved = versions.save(conn, draft(2), cfg, actor="editor")
+    saved = versions.save(conn, draft(2), cfg, by=EDITOR)
     assert saved.lane == "interactive" and len(saved.outbox_ids) == 4
     assert dispatch.send_now(conn, client, saved.outbox_ids) == 4
     assert len(queued(client, "image")) == 2 and queued(client, "image-bulk") == []
@@ -86,8 +87,8 @@ def test_a_save_that_is_sent_at_once_claims_its_messages_as_it_writes_them(conn,
     # a claim that outlasts the two saves and the sends below on a loaded machine (0.5 s did not, beside three
     # other passes of the suite), and then runs out while the test waits
     short = make_settings(database_url, redis_url, tmp_path, DISPATCH_CLAIM_SECONDS="5")
-    sent = versions.save(conn, draft(2), short, actor="editor", send_at_once=True)
-    unsent = versions.save(conn, draft(1, prefix="unsent"), short, actor="editor", send_at_once=True)
+    sent = versions.save(conn, draft(2), short, by=EDITOR, send_at_once=True)
+    unsent = versions.save(conn, draft(1, prefix="unsent"), short, by=EDITOR, send_at_once=True)
     assert isinstance(sent.outbox_ids, dispatch.ClaimedMessages) and len(sent.outbox_ids) == 4
     # while the saves' claims hold, the dispatcher leaves their rows alone
     assert send(conn, client) == 0
@@ -104,9 +105,9 @@ def test_a_save_that_is_sent_at_once_claims_its_messages_as_it_writes_them(conn,
 
 
 def test_a_worker_takes_interactive_work_before_bulk_work_queued_earlier(conn, cfg, client, rt, executor):
-    bulk = versions.save(conn, draft(3, prefix="bulk"), cfg, actor="importer", lane="bulk")
+    bulk = versions.save(conn, draft(3, prefix="bulk"), cfg, by=IMPORTER, lane="bulk")
     send(conn, client, depth={"image": 10, "tts": 10, "bundle": 10})
-    editor = versions.save(conn, draft(2, prefix="editor"), cfg, actor="editor")
+    editor = versions.save(conn, draft(2, prefix="editor"), cfg, by=EDITOR)
     dispatch.send_now(conn, client, editor.outbox_ids)
     # a worker of the Procfile's image pool, listening to its queues in their order
     Worker([Queue(q, connection=client) for q in lanes.worker_queues("image")], connection=client).work(
@@ -116,8 +117,8 @@ def test_a_worker_takes_interactive_work_before_bulk_work_queued_earlier(conn, c
 
 
 def test_in_the_bulk_lane_contents_take_turns(conn, cfg, client):
-    first = versions.save(conn, draft(6, prefix="A"), cfg, actor="importer", lane="bulk")
-    second = versions.save(conn, draft(2, prefix="B"), cfg, actor="importer", lane="bulk")
+    first = versions.save(conn, draft(6, prefix="A"), cfg, by=IMPORTER, lane="bulk")
+    second = versions.save(conn, draft(2, prefix="B"), cfg, by=IMPORTER, lane="bulk")
     served = []
     for _ in range(6):
         send(conn, client)
@@ -131,10 +132,10 @@ def test_in_the_bulk_lane_contents_take_turns(conn, cfg, client):
 def test_in_the_bulk_lane_teams_take_turns_whatever_number_of_contents_each_imports(conn, cfg, client):
     for team in ("physics", "chemistry"):
         keys.create(conn, f"importer@{team}.example", "editor", team=team)
-    team_of = {versions.save(conn, draft(4, prefix=f"P{i}"), cfg, actor="importer", lane="bulk",
-                             team="physics").content_id: "physics" for i in range(3)}
-    team_of[versions.save(conn, draft(4, prefix="C"), cfg, actor="importer", lane="bulk",
-                          team="chemistry").content_id] = "chemistry"
+    physics, chemistry = (dataclasses.replace(IMPORTER, team=team) for team in ("physics", "chemistry"))
+    team_of = {versions.save(conn, draft(4, prefix=f"P{i}"), cfg, by=physics, lane="bulk").content_id: "physics"
+               for i in range(3)}
+    team_of[versions.save(conn, draft(4, prefix="C"), cfg, by=chemistry, lane="bulk").content_id] = "chemistry"
     served = []
     for _ in range(8):
         send(conn, client)
@@ -146,18 +147,18 @@ def test_in_the_bulk_lane_teams_take_turns_whatever_number_of_contents_each_impo
 
 
 def test_a_content_saved_behind_a_big_import_gets_the_next_free_place(conn, cfg, client):
-    big = versions.save(conn, draft(20, prefix="big"), cfg, actor="importer", lane="bulk")
+    big = versions.save(conn, draft(20, prefix="big"), cfg, by=IMPORTER, lane="bulk")
     for _ in range(3):
         send(conn, client)
         pop(client, "image-bulk")
-    small = versions.save(conn, draft(1, prefix="small"), cfg, actor="importer", lane="bulk")
+    small = versions.save(conn, draft(1, prefix="small"), cfg, by=IMPORTER, lane="bulk")
     send(conn, client)                  # the place the last pop freed
     waiting = [content_of(conn, task_id) for task_id in queued(client, "image-bulk")]
     assert waiting == [big.content_id, small.content_id]   # FIFO would put it behind 16 images
 
 
 def test_one_dispatcher_at_a_time_fills_the_bulk_queues(conn, cfg, client):
-    versions.save(conn, draft(3), cfg, actor="importer", lane="bulk")
+    versions.save(conn, draft(3), cfg, by=IMPORTER, lane="bulk")
     with connect(cfg.database_url, autocommit=True) as other:
         assert db.one(other, "outbox_bulk_try_lock")["locked"]
         assert dispatch.send_bulk(conn, client, depth=DEPTH) == 0    # the other dispatcher is filling them
@@ -166,7 +167,7 @@ def test_one_dispatcher_at_a_time_fills_the_bulk_queues(conn, cfg, client):
 
 
 def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, cfg, client):
-    saved = versions.save(conn, draft(1), cfg, actor="importer", lane="bulk")
+    saved = versions.save(conn, draft(1), cfg, by=IMPORTER, lane="bulk")
     image, speech, bundle = task_rows(cfg.database_url, saved.content_id)
     send(conn, client)
     # a transient failure schedules the retry's message in the version's lane
@@ -196,21 +197,21 @@ def test_a_retry_a_resend_and_the_unblocked_bundle_stay_in_the_bulk_lane(conn, c
 
 
 def test_an_editors_retry_of_a_bulk_task_is_interactive_work(conn, cfg, client):
-    saved = versions.save(conn, draft(1), cfg, actor="importer", lane="bulk")
+    saved = versions.save(conn, draft(1), cfg, by=IMPORTER, lane="bulk")
     image = task_rows(cfg.database_url, saved.content_id)[0]
     conn.execute("DELETE FROM outbox")
     conn.execute("UPDATE tasks SET status = 'failed', last_error = 'x' WHERE id = %s", (image["id"],))
-    reopened = review.retry(conn, image["id"], cfg, actor="editor")
+    reopened = review.retry(conn, image["id"], cfg, by=EDITOR)
     assert dispatch.send_now(conn, client, reopened.outbox_ids) == 1
     assert queued(client, "image") == [image["id"]]
 
 
 def test_the_lane_is_part_of_the_request_an_idempotency_key_stands_for(conn, cfg):
-    first = versions.save(conn, draft(1), cfg, actor="importer", save_key="k-1", lane="bulk")
-    again = versions.save(conn, draft(1), cfg, actor="importer", save_key="k-1", lane="bulk")
+    first = versions.save(conn, draft(1), cfg, by=IMPORTER, save_key="k-1", lane="bulk")
+    again = versions.save(conn, draft(1), cfg, by=IMPORTER, save_key="k-1", lane="bulk")
     assert (again.created, again.content_id, again.lane) == (False, first.content_id, "bulk")
     with pytest.raises(Conflict, match="different request"):
-        versions.save(conn, draft(1), cfg, actor="importer", save_key="k-1")
+        versions.save(conn, draft(1), cfg, by=IMPORTER, save_key="k-1")
 
 
 def _backend_pid_in_child(rt: Runtime, out) -> None:
@@ -234,8 +235,8 @@ def test_a_bulk_save_leaves_the_last_tenth_of_the_pending_limit_to_editors(datab
     cfg = make_settings(database_url, redis_url, tmp_path, MAX_PENDING_TASKS="30")   # 27 for bulk saves
     with connect(database_url, autocommit=True) as conn:
         for tag in ("a", "b", "c"):
-            versions.save(conn, draft(4, prefix=tag), cfg, actor="importer", lane="bulk")   # 9 tasks each: 27
+            versions.save(conn, draft(4, prefix=tag), cfg, by=IMPORTER, lane="bulk")   # 9 tasks each: 27
         with pytest.raises(CapacityExceeded, match="the limit is 27 for bulk saves"):
-            versions.save(conn, draft(1, prefix="d"), cfg, actor="importer", lane="bulk")
-        versions.save(conn, draft(1, prefix="e"), cfg, actor="editor")                      # 30: an editor fits
+            versions.save(conn, draft(1, prefix="d"), cfg, by=IMPORTER, lane="bulk")
+        versions.save(conn, draft(1, prefix="e"), cfg, by=EDITOR)                      # 30: an editor fits
         assert conn.execute("SELECT count(*) AS n FROM tasks").fetchone()["n"] == 30

@@ -13,7 +13,7 @@ from pipeline import db, tasks, versions
 from pipeline.core.errors import Transient
 from pipeline.core.records import Asset
 from pipeline.db import connect
-from testkit.helpers import claim, draft, wait_until
+from testkit.helpers import EDITOR, claim, draft, wait_until
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -30,7 +30,7 @@ STATEMENTS = {
 
 @pytest.mark.parametrize("statement", sorted(STATEMENTS))
 def test_a_statement_over_a_versions_tasks_locks_them_in_id_order(statement, conn, cfg):
-    saved = versions.save(conn, draft(1), cfg, actor="editor")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     ids = {r["kind"]: r["id"] for r in conn.execute("SELECT id, kind::text AS kind FROM tasks WHERE content_id = %s",
                                                     (saved.content_id,)).fetchall()}
     media, bundle = [ids["image"], ids["tts"]], ids["bundle"]
@@ -99,7 +99,7 @@ COMPLETIONS = {
 def test_a_completion_locks_its_own_task_first_so_it_cannot_deadlock_with_a_save(completion, conn, cfg):
     # given a two-block lesson's task held by a worker, and another task of the version its completion will lock
     write, pick = COMPLETIONS[completion]
-    saved = versions.save(conn, draft(2), cfg, actor="editor")
+    saved = versions.save(conn, draft(2), cfg, by=EDITOR)
     ids: dict[str, list[int]] = {}
     for r in conn.execute("SELECT id, kind::text AS kind FROM tasks WHERE content_id = %s ORDER BY id",
                           (saved.content_id,)):

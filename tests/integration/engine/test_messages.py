@@ -12,7 +12,7 @@ from rq import Queue
 from bin.worker import Worker
 from pipeline import dispatch, message, versions
 from pipeline.db import connect
-from testkit.helpers import draft, task_rows, work_burst
+from testkit.helpers import EDITOR, draft, task_rows, work_burst
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -30,7 +30,7 @@ def save_images(conn, cfg, lessons: int, blocks: int) -> list[int]:
     """Image task ids of `lessons` saved lessons, their messages not sent yet."""
     ids = []
     for i in range(lessons):
-        saved = versions.save(conn, draft(blocks, prefix=f"l{i}"), cfg, actor="e")
+        saved = versions.save(conn, draft(blocks, prefix=f"l{i}"), cfg, by=EDITOR)
         ids += [r["id"] for r in task_rows(cfg.database_url, saved.content_id) if r["kind"] == "image"]
     return ids
 

@@ -17,7 +17,7 @@ from rq.webhook import Webhook
 
 from bin.worker import Worker
 from pipeline import dispatch, versions
-from testkit.helpers import draft
+from testkit.helpers import EDITOR, draft
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -36,7 +36,7 @@ def burst(client: redis.Redis, queue: str = "image") -> None:
 
 def test_our_messages_are_json_not_pickles(conn, cfg, rt, redis_url):
     client = redis.Redis.from_url(redis_url)
-    saved = versions.save(conn, draft(1), cfg, actor="e")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     dispatch.send_now(conn, client, saved.outbox_ids)
     job_id = Queue("image", connection=client).get_job_ids()[0]
     raw = zlib.decompress(client.hget(f"rq:job:{job_id}", "data"))

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from pipeline import tasks, versions
 from pipeline.core.errors import Ambiguous, Conflict, LeaseLost, Permanent, Transient
 from pipeline.reconcile import Reconciler
-from testkit.helpers import assert_pending_counts, claim, draft, make_settings
+from testkit.helpers import EDITOR, assert_pending_counts, claim, draft, make_settings
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -24,7 +24,7 @@ def machine_for(conn, cfg):
             conn.execute("TRUNCATE contents, versions, tasks, task_deps, outbox, events, dead_letters, assets, "
                          "asset_inputs, provider_calls, reconcile_runs, input_calls, pending_counts "
                          "RESTART IDENTITY CASCADE")
-            self.content = versions.save(conn, draft(2), cfg, actor="e").content_id
+            self.content = versions.save(conn, draft(2), cfg, by=EDITOR).content_id
             self.version = 1
             self.holders: list[tasks.Task] = []
             self.attempts: dict = {}   # lease_token -> the holder's attempt (its heartbeat)
@@ -108,7 +108,7 @@ def machine_for(conn, cfg):
                 return
             # the same text makes the same inputs: the new tasks meet calls the old ones have in flight
             prefix = "" if same_text else f"v{self.version + 1}"
-            versions.save(conn, draft(2, prefix=prefix), cfg, actor="e", content_id=self.content,
+            versions.save(conn, draft(2, prefix=prefix), cfg, by=EDITOR, content_id=self.content,
                           base_version=self.version)
             self.version += 1
 
@@ -117,7 +117,7 @@ def machine_for(conn, cfg):
             if roll:  # a cancel ends a version's story: keep it rare so histories stay long
                 return
             try:
-                versions.cancel(conn, self.content, self.version, actor="e")
+                versions.cancel(conn, self.content, self.version, by=EDITOR)
             except Conflict as exc:   # a version with nothing left to cancel refuses, changing nothing
                 assert exc.code == "nothing_to_cancel"
 

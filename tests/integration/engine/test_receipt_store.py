@@ -6,14 +6,14 @@ import redis
 from pipeline import db, dispatch, versions
 from pipeline.reconcile import Reconciler
 from receipts.calls import ReceiptBook
-from testkit.helpers import claim, draft, task_rows, wait_until, work_burst
+from testkit.helpers import EDITOR, claim, draft, task_rows, wait_until, work_burst
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
 def claimed_then_abandoned(conn, cfg, store_id):
     """A worker claims the image task, writes no receipt where we look, and is gone when its lease runs out."""
-    saved = versions.save(conn, draft(1), cfg, actor="e")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     image = next(r for r in task_rows(cfg.database_url, saved.content_id) if r["kind"] == "image")
     assert claim(cfg, image["id"], worker="machine-a:1", receipt_store=store_id, lease_seconds=0.2,
                  heartbeat_seconds=0.1)
@@ -49,7 +49,7 @@ def test_a_claim_that_names_no_store_is_unknown_after_its_lease(conn, cfg):
 
 
 def test_a_worker_records_the_store_it_writes_its_receipts_to(conn, cfg, rt):
-    saved = versions.save(conn, draft(1), cfg, actor="e")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     dispatch.send_due(conn, redis.Redis.from_url(cfg.redis_url))
     work_burst(rt)
     stores = {r["receipt_store"] for r in conn.execute(

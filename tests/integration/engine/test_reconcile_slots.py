@@ -9,7 +9,7 @@ import pytest
 from pipeline import db, versions
 from pipeline.db import connect
 from pipeline.reconcile import Reconciler
-from testkit.helpers import draft
+from testkit.helpers import EDITOR, draft
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -60,7 +60,7 @@ def test_runs_without_a_slot_run_every_time(cfg, conn):
 
 def lost_messages(cfg, conn) -> list[int]:
     """A saved one-block lesson whose messages went out an hour ago and were never claimed: its media task ids."""
-    saved = versions.save(conn, draft(1), cfg, actor="e")
+    saved = versions.save(conn, draft(1), cfg, by=EDITOR)
     media = [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind <> 'bundle' "
                                            "ORDER BY id", (saved.content_id,))]
     conn.execute("UPDATE outbox SET created_at = now() - interval '2 hours', available_at = now() - interval '2 hours', "

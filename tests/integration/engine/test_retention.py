@@ -4,7 +4,7 @@ import redis
 from pipeline import dispatch, versions
 from pipeline.reconcile import Reconciler
 from receipts.media import MediaStore
-from testkit.helpers import draft, work_burst
+from testkit.helpers import EDITOR, draft, work_burst
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -18,12 +18,12 @@ def run_version(conn, cfg, rt, saved):
 
 def test_retention_deletes_only_old_assets_no_current_or_approved_version_uses(conn, cfg, rt):
     store = MediaStore(cfg.media_dir)
-    first = versions.save(conn, draft(1), cfg, actor="e")
+    first = versions.save(conn, draft(1), cfg, by=EDITOR)
     old = run_version(conn, cfg, rt, first)
-    other = versions.save(conn, draft(1, title="other", prefix="other"), cfg, actor="e")
+    other = versions.save(conn, draft(1, title="other", prefix="other"), cfg, by=EDITOR)
     approved = run_version(conn, cfg, rt, other)
     conn.execute("UPDATE contents SET approved_version = 1 WHERE id = %s", (other.content_id,))
-    second = versions.save(conn, draft(1, prefix="new"), cfg, actor="e", content_id=first.content_id,
+    second = versions.save(conn, draft(1, prefix="new"), cfg, by=EDITOR, content_id=first.content_id,
                            base_version=1)
     current = run_version(conn, cfg, rt, second)
     # given every asset is past the retention period
@@ -41,10 +41,10 @@ def test_retention_keeps_an_asset_a_regeneration_replaced(conn, cfg, rt):
     # given: a made version whose image an editor regenerated, and then every asset past retention
     from pipeline import regenerate
     store = MediaStore(cfg.media_dir)
-    first = versions.save(conn, draft(1), cfg, actor="e")
+    first = versions.save(conn, draft(1), cfg, by=EDITOR)
     run_version(conn, cfg, rt, first)
     image = conn.execute("SELECT id, asset_sha256 FROM tasks WHERE kind = 'image'").fetchone()
-    made = regenerate.regenerate(conn, image["id"], cfg, actor="e", reason="too dark", accept_new_charge=True)
+    made = regenerate.regenerate(conn, image["id"], cfg, by=EDITOR, reason="too dark", accept_new_charge=True)
     run_version(conn, cfg, rt, made.saved)
     conn.execute("UPDATE assets SET created_at = now() - interval '400 days'")
     # when

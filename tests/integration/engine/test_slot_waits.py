@@ -12,7 +12,7 @@ from pipeline.executor import build_providers
 from pipeline.slots import SlotTable
 from pipeline.reconcile import Reconciler
 from pipeline.core.lanes import BULK, INTERACTIVE
-from testkit.helpers import draft, make_settings
+from testkit.helpers import EDITOR, draft, make_settings
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
@@ -27,7 +27,7 @@ def image_settings(database_url, redis_url, tmp_path):
 
 def waiting_for_a_slot(conn, cfg, blocks: int, lane: str) -> list[int]:
     """A saved version's image tasks, parked as a claim that found no slot parks them (for a minute)."""
-    saved = versions.save(conn, draft(blocks, prefix=f"{lane}-{uuid.uuid4().hex[:6]}"), cfg, actor="e", lane=lane)
+    saved = versions.save(conn, draft(blocks, prefix=f"{lane}-{uuid.uuid4().hex[:6]}"), cfg, by=EDITOR, lane=lane)
     ids = [r["id"] for r in conn.execute("SELECT id FROM tasks WHERE content_id = %s AND kind = 'image' ORDER BY id",
                                          (saved.content_id,))]
     conn.execute("UPDATE tasks SET status = 'retry', waiting_for = 'slot', available_at = now() + interval '60 s' "

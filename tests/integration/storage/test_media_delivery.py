@@ -13,7 +13,7 @@ import requests
 from pipeline import db, keys, settings, storage, versions
 from pipeline.db import connect
 from pipeline.core.errors import ConfigError
-from testkit.helpers import draft
+from testkit.helpers import EDITOR, draft
 from testkit.webapp import Api, make_app
 from web.media import signed_url
 
@@ -91,7 +91,7 @@ def test_a_signed_delivery_link_redirects_too_and_an_invalid_one_does_not(databa
     app = make_app(database_url, redis_url, tmp_path / "media", MEDIA_DELIVERY="redirect", **s3_env)
     sha = put_asset(conn, app.config["SETTINGS"], b"PK\x03\x04 a bundle", "application/zip")
     # a link is issued for an approved version: a saved one, marked approved as a reviewer would
-    saved = versions.save(conn, draft(1), app.config["SETTINGS"], actor="e")
+    saved = versions.save(conn, draft(1), app.config["SETTINGS"], by=EDITOR)
     conn.execute("UPDATE contents SET approved_version = 1 WHERE id = %s", (saved.content_id,))
     with app.test_request_context():
         link = signed_url(sha, int(time.time()) + 600, saved.content_id, 1)

@@ -20,7 +20,7 @@ from pipeline.reconcile import Reconciler
 from testkit.crashes import (killed_after_the_result_receipt_is_recovered_from_it,
                              one_block_through_real_workers, save_one_block,
                              worker_in_the_middle_of_an_image_call)
-from testkit.helpers import ControlledExecutor, draft, make_settings, work_burst
+from testkit.helpers import EDITOR, ControlledExecutor, draft, make_settings, work_burst
 
 
 def elsewhere(system, tmp_path) -> settings.Settings:
@@ -68,9 +68,9 @@ def test_retention_deletes_old_unused_assets_and_old_receipts_from_the_store(dat
     rt = runtime.Runtime(cfg, ControlledExecutor(store), worker_id="test-worker")
     try:
         with connect(database_url, autocommit=True) as conn:
-            first = versions.save(conn, draft(1), cfg, actor="e")
+            first = versions.save(conn, draft(1), cfg, by=EDITOR)
             old = run_version(conn, cfg, rt, first)
-            second = versions.save(conn, draft(1, prefix="new"), cfg, actor="e", content_id=first.content_id,
+            second = versions.save(conn, draft(1, prefix="new"), cfg, by=EDITOR, content_id=first.content_id,
                                    base_version=1)
             current = run_version(conn, cfg, rt, second)
             old_task = conn.execute("SELECT id FROM tasks WHERE content_id = %s AND version = 1 ORDER BY id",

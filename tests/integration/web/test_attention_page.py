@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 
 from pipeline import keys
 from pipeline.core.errors import Ambiguous, Permanent
-from testkit.helpers import lesson
+from testkit.helpers import OPERATOR, lesson
 from testkit.pages import page, sign_in
 
 
@@ -53,7 +53,7 @@ def test_every_attention_row_has_a_reason_and_a_next_step_and_a_failed_ones_retr
     api.tokens["leaver"] = token
     api.post("/api/contents", json=lesson(1, prefix="离开"), role="leaver")
     keys.revoke(conn, gone.id)
-    keys.cancel_pending(conn, gone.id, actor="test")
+    keys.cancel_pending(conn, gone.id, by=OPERATOR)
     client = app.test_client()
     csrf = sign_in(client, tokens["editor"])
     # when
