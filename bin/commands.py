@@ -16,7 +16,6 @@ import psycopg
 from bin import devenv
 from pipeline import db, migrations, servers, settings as settings_mod
 from pipeline.core.errors import ConfigError
-from pipeline.core import kinds
 
 
 def _tool() -> str:
@@ -338,23 +337,3 @@ def bulk_main(argv: list[str]) -> int:
     return _on_database(cfg, work, refusals=(Conflict,))
 
 
-def workers_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bin/workers", description=(
-        "Print how many worker processes a Procfile pool runs on this machine, from the settings (README, "
-        "\"Lanes\"): KIND's pool on both lanes, or with --interactive its pool on the interactive queue only; "
-        "`webhook`: the webhook pool (WEBHOOK_WORKERS). Exit codes: 0 printed, 2 bad configuration."))
-    parser.add_argument("kind", choices=(*kinds.names(), "webhook"))
-    parser.add_argument("--interactive", action="store_true", help="the pool that listens to the interactive "
-                                                                   "queue only")
-    args = parser.parse_args(argv)
-    try:
-        cfg = settings_mod.load()
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    from pipeline.core import lanes
-    if args.kind == "webhook":
-        print(cfg.webhooks.workers)
-    else:
-        print(lanes.interactive_workers(cfg, args.kind) if args.interactive else lanes.workers(cfg, args.kind))
-    return 0
