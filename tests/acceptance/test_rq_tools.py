@@ -96,11 +96,17 @@ def test_rq_info_and_rq_dashboard_find_our_queues_our_workers_and_the_job_a_work
         assert sorted(listed) == sorted(w["pid"] for w in workers if w["queues"] != ["webhook"]), info.stdout
 
         # once the lesson is done, each kind's interactive queue shows the message it finished and none waiting
+        # (RQ moves a message into its finished registry after our job function returned, so after the task's
+        # success is visible: waited for, not read once)
         stack.wait_done(body["content_id"])
-        queues = {q["name"]: q for q in answered("/queues.json")["queues"]}
+
+        def all_finished():
+            queues = {q["name"]: q for q in answered("/queues.json")["queues"]}
+            return queues if all(queues[kind]["finished_job_registry_count"] >= 1 for kind in kinds.names()) else None
+
+        queues = wait_until(all_finished, timeout=30, message="every kind's message in its finished registry")
         for kind in kinds.names():
             assert (queues[kind]["count"], queues[kind]["failed_job_registry_count"]) == (0, 0), queues[kind]
-            assert queues[kind]["finished_job_registry_count"] >= 1, queues[kind]
         listed_jobs = answered("/jobs/image/finished/8/asc/1.json")["jobs"]
         assert [j["description"] for j in listed_jobs] == [f"task {task}"]
     finally:
