@@ -42,7 +42,7 @@ def throughput(stack: Stack, messages: int, workers: int) -> dict:
     try:
         with stack.db() as conn:
             receiver.secret = webhooks.add(conn, stack.settings(**URL_ENV), team="default", url=receiver.url,
-                                           events="version.withdrawn", by="bench").secret
+                                           events="version.withdrawn", by=BENCH).secret
         procs = [stack.spawn("dispatcher", [str(Path(__file__).resolve().parent.parent / "bin" / "dispatch")], env),
                  stack.spawn("webhook-pool", ["-m", "rq.cli", "worker-pool", "--quiet", "-c", "bin.rqconfig", "-w",
                                               "bin.worker.WebhookWorker", "-n", str(workers), "webhook"], env)]
@@ -95,7 +95,7 @@ def costs(stack: Stack, saves: int, blocks: int, rounds: int) -> dict[str, dict[
         conn.execute("INSERT INTO assets (sha256, media_type, size) VALUES (%s, 'image/png', 1)", (BENCH_ASSET,))
         conn.execute("INSERT INTO teams (name) VALUES ('plain'), ('hooked')")
         for _ in range(2):
-            webhooks.add(conn, cfg, team="hooked", url="http://127.0.0.1:9/bench", events=None, by="bench")
+            webhooks.add(conn, cfg, team="hooked", url="http://127.0.0.1:9/bench", events=None, by=BENCH)
         for round_no in range(rounds):
             made = []
             for i in range(saves):

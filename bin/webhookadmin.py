@@ -49,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _operator(args):
+    """Who runs the command, as `--by` names them: an operator with the database's keys, acting as an admin."""
+    from pipeline.core.principal import Principal
+    return Principal.without_key(args.by, role="admin")
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     cfg = _settings()
@@ -63,7 +69,7 @@ def main(argv: list[str]) -> int:
 
     def work(conn) -> None:
         if args.command == "add":
-            made = webhooks.add(conn, cfg, team=args.team, url=args.url, events=args.events, by=args.by,
+            made = webhooks.add(conn, cfg, team=args.team, url=args.url, events=args.events, by=_operator(args),
                                 description=args.description)
             e = made.endpoint
             print(f"registered endpoint {e['id']} of team {e['team']} for {', '.join(e['events'])}: {e['url']}")
@@ -81,7 +87,7 @@ def main(argv: list[str]) -> int:
                   f"until {until:%Y-%m-%d %H:%M:%S %Z}. The new secret, shown only now:")
             print(made.secret)
         elif args.command == "disable":
-            dead = webhooks.disable(conn, args.endpoint_id, by=args.by, reason=args.reason)
+            dead = webhooks.disable(conn, args.endpoint_id, by=_operator(args), reason=args.reason)
             print(f"disabled endpoint {args.endpoint_id}; {dead} pending messages are dead (send them again once "
                   "it is enabled: send-again --dead)")
         elif args.command == "enable":

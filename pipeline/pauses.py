@@ -16,29 +16,31 @@ import psycopg
 from pipeline import db
 from pipeline.core.errors import Conflict
 from pipeline.core.lanes import BULK
+from pipeline.core.principal import Principal
 from pipeline.log import log
 
 
-def pause(conn: psycopg.Connection, *, by: str) -> dict:
-    """Open a pause of the bulk lane; Conflict when one is open already (nothing changes then)."""
+def pause(conn: psycopg.Connection, *, by: Principal) -> dict:
+    """`by` opens a pause of the bulk lane (its owner recorded with it); Conflict when one is open already (nothing
+    changes then)."""
     with conn.transaction():
-        row = db.one(conn, "lanes_pause", {"lane": BULK, "by": by})
+        row = db.one(conn, "lanes_pause", {"lane": BULK, "by": by.owner})
         if row is None:
             open_pause = db.one(conn, "lanes_open_pause", {"lane": BULK})
             raise Conflict(f"the bulk lane is paused already, since {open_pause['paused_at']:%Y-%m-%d %H:%M:%S %Z} "
                            f"by {open_pause['paused_by']}", code="already_paused")
-    log("lane_paused", lane=BULK, by=by, pause_id=row["id"])
+    log("lane_paused", lane=BULK, by=by.owner, pause_id=row["id"])
     return row
 
 
-def resume(conn: psycopg.Connection, *, by: str) -> dict:
-    """Close the open pause of the bulk lane and move its waiting tasks' deadlines on by the pause's length;
+def resume(conn: psycopg.Connection, *, by: Principal) -> dict:
+    """`by` closes the open pause of the bulk lane and move its waiting tasks' deadlines on by the pause's length;
     Conflict when the lane is not paused (nothing changes then)."""
     with conn.transaction():
-        row = db.one(conn, "lanes_resume", {"lane": BULK, "by": by})
+        row = db.one(conn, "lanes_resume", {"lane": BULK, "by": by.owner})
     if row is None:
         raise Conflict("the bulk lane is not paused", code="not_paused")
-    log("lane_resumed", lane=BULK, by=by, pause_id=row["id"], tasks_moved=row["tasks_moved"],
+    log("lane_resumed", lane=BULK, by=by.owner, pause_id=row["id"], tasks_moved=row["tasks_moved"],
         paused_seconds=round((row["resumed_at"] - row["paused_at"]).total_seconds(), 1))
     return row
 

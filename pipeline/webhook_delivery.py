@@ -138,7 +138,7 @@ class Sender:
                 "http_status": answer.http_status, "error": answer.error, "available_at": decision.available_at,
                 "reason": decision.reason})
             if decision.outcome == "gone":
-                webhooks.disable_in(conn, row["endpoint_id"], by="webhook worker",
+                webhooks.disable_in(conn, row["endpoint_id"], actor="webhook worker",
                                     reason=f"answered 410 Gone to message {row['id']}")
         log("webhook_attempt", delivery_id=row["id"], endpoint_id=row["endpoint_id"], event_type=row["type"],
             attempt=row["attempts"], http_status=answer.http_status, outcome=decision.outcome,

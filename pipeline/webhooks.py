@@ -20,6 +20,7 @@ import psycopg
 from pipeline import db, webhook_http
 from pipeline.core import webhooks as rules
 from pipeline.core.errors import ConfigError, InvalidInput, NotFound
+from pipeline.core.principal import Principal
 from pipeline.core.teams import team_name
 from pipeline.settings import Settings
 
@@ -43,8 +44,8 @@ def secret_key(cfg: Settings) -> str:
 
 
 def add(conn: psycopg.Connection, cfg: Settings, *, team: str, url: str, events: Iterable[str] | str | None,
-        by: str, description: str = "") -> Made:
-    """Register an endpoint of `team` for these event types (none: all), its URL checked now."""
+        by: Principal, description: str = "") -> Made:
+    """`by` registers an endpoint of `team` for these event types (none: all), its URL checked now."""
     team = team_name(team)
     webhook_http.check(url, cfg.webhooks.allow_networks)
     kinds = rules.event_types(events)
@@ -55,7 +56,7 @@ def add(conn: psycopg.Connection, cfg: Settings, *, team: str, url: str, events:
     salt = random.token_urlsafe(24)
     with conn.transaction():
         row = db.one(conn, "webhook_endpoints_add", {"team": team, "url": url, "events": kinds,
-                                                     "description": description, "salt": salt, "by": by})
+                                                     "description": description, "salt": salt, "by": by.owner})
     if row is None:
         raise NotFound(f"team {team!r} does not exist; `bin/keys teams` lists the teams")
     return Made(_shown(row), rules.secret(secret_key(cfg), salt))
@@ -91,16 +92,16 @@ def rotate(conn: psycopg.Connection, cfg: Settings, endpoint_id: int, *,
     return Made(_shown(row), rules.secret(secret_key(cfg), salt))
 
 
-def disable(conn: psycopg.Connection, endpoint_id: int, *, by: str, reason: str) -> int:
-    """No new message for the endpoint; its pending messages are dead (send them again once it is enabled). How
-    many died; NotFound for an unknown endpoint (an endpoint already disabled keeps its first reason)."""
+def disable(conn: psycopg.Connection, endpoint_id: int, *, by: Principal, reason: str) -> int:
+    """`by` disables the endpoint: no new message for it; its pending messages are dead (send them again once it is
+    enabled). How many died; NotFound for an unknown endpoint (an endpoint already disabled keeps its first reason)."""
     with conn.transaction():
-        return disable_in(conn, endpoint_id, by=by, reason=reason)
+        return disable_in(conn, endpoint_id, actor=by.owner, reason=reason)
 
 
-def disable_in(conn: psycopg.Connection, endpoint_id: int, *, by: str, reason: str) -> int:
-    """`disable` in the caller's transaction."""
-    if db.one(conn, "webhook_endpoints_disable", {"endpoint_id": endpoint_id, "by": by, "reason": reason}) is None:
+def disable_in(conn: psycopg.Connection, endpoint_id: int, *, actor: str, reason: str) -> int:
+    """`disable` in the caller's transaction, recorded as `actor`'s: a person's name, or the webhook worker's."""
+    if db.one(conn, "webhook_endpoints_disable", {"endpoint_id": endpoint_id, "by": actor, "reason": reason}) is None:
         _exists(conn, endpoint_id)
     return len(db.all(conn, "webhook_deliveries_kill", {"endpoint_id": endpoint_id,
                                                         "reason": f"endpoint disabled: {reason}"}))

@@ -66,14 +66,14 @@ def bulk_lane():
 @api.post("/lanes/bulk/pause")
 @require("admin")
 def bulk_lane_pause():
-    pauses.pause(get_conn(), by=g.principal.owner)
+    pauses.pause(get_conn(), by=g.principal)
     return jsonify(pauses.state(get_conn()))
 
 
 @api.post("/lanes/bulk/resume")
 @require("admin")
 def bulk_lane_resume():
-    resumed = pauses.resume(get_conn(), by=g.principal.owner)
+    resumed = pauses.resume(get_conn(), by=g.principal)
     return jsonify({**pauses.state(get_conn()), "tasks_moved": resumed["tasks_moved"]})
 
 
@@ -97,11 +97,11 @@ def bulk_lane_post():
     action = request.form.get("action")
     try:
         if action == "pause":
-            pauses.pause(get_conn(), by=g.user.owner)
+            pauses.pause(get_conn(), by=g.user)
             flash(gettext("The bulk lane is paused: no import task starts until it is resumed; calls already "
                           "running finish, and imports are still accepted."), "ok")
         elif action == "resume":
-            moved = pauses.resume(get_conn(), by=g.user.owner)["tasks_moved"]
+            moved = pauses.resume(get_conn(), by=g.user)["tasks_moved"]
             flash(ngettext("The bulk lane runs again; %(n)s waiting task had its deadline moved on by the pause.",
                            "The bulk lane runs again; %(n)s waiting tasks had their deadlines moved on by the pause.",
                            moved, n=moved), "ok")

@@ -39,7 +39,7 @@ def webhooks_add():
             "events": request.form.getlist("events"), "description": request.form.get("description", "")}
     try:
         made = webhooks.add(get_conn(), settings(), team=form["team"], url=form["url"], events=form["events"] or None,
-                            by=g.user.owner, description=form["description"])
+                            by=g.user, description=form["description"])
     except REFUSALS as exc:
         flash(refusal(gettext("Nothing registered"), exc), "error")
         return _list(422, form)
@@ -68,7 +68,7 @@ def endpoint_post(endpoint_id: int):
             made = webhooks.rotate(get_conn(), settings(), endpoint_id, overlap_seconds=hours * 3600)
             return _page(endpoint_id, secret=made.secret)
         if action == "disable":
-            dead = webhooks.disable(get_conn(), endpoint_id, by=g.user.owner, reason=f"disabled by {g.user.owner}")
+            dead = webhooks.disable(get_conn(), endpoint_id, by=g.user, reason=f"disabled by {g.user.owner}")
             flash(gettext("The endpoint is disabled; %(n)s waiting messages are dead (send them again once it is "
                           "enabled).", n=dead), "ok")
         elif action == "enable":

@@ -11,6 +11,7 @@ from bin.worker import Worker
 from pipeline import dispatch, pauses, versions
 from pipeline.core import lanes
 from pipeline.core.errors import Conflict
+from pipeline.core.principal import Principal
 from pipeline.reconcile import Reconciler
 from testkit.helpers import EDITOR, IMPORTER, draft, wait_until
 
@@ -50,7 +51,7 @@ def test_while_paused_no_bulk_task_is_claimed_or_sent_the_editors_work_runs_and_
         conn, cfg, client, rt, executor):
     bulk = versions.save(conn, draft(2, prefix="import"), cfg, by=IMPORTER, lane="bulk")
     assert send(conn, client) == 4                      # its images and speech are in the bulk queues
-    pauses.pause(conn, by="ops@example.com")
+    pauses.pause(conn, by=Principal.without_key("ops@example.com", role="admin"))
     editor = versions.save(conn, draft(1, prefix="editor"), cfg, by=EDITOR)
     dispatch.send_now(conn, client, editor.outbox_ids)
 
@@ -70,7 +71,7 @@ def test_while_paused_no_bulk_task_is_claimed_or_sent_the_editors_work_runs_and_
     assert pauses.state(conn) | {"paused_at": None} == {"lane": "bulk", "paused": True, "paused_at": None,
                                                          "paused_by": "ops@example.com", "waiting": 8}
 
-    resumed = pauses.resume(conn, by="ops@example.com")
+    resumed = pauses.resume(conn, by=Principal.without_key("ops@example.com", role="admin"))
     assert resumed["tasks_moved"] == 8   # 2 + 1 images, as many narrations, 2 bundles
     send(conn, client)
     assert sorted(queued(client, "image-bulk")) == sorted(
@@ -84,7 +85,7 @@ def test_while_paused_no_bulk_task_is_claimed_or_sent_the_editors_work_runs_and_
 def test_a_paused_task_does_not_fail_for_its_deadline_and_the_resume_gives_it_back_the_time_it_was_held(
         conn, cfg):
     bulk = versions.save(conn, draft(1, prefix="import"), cfg, by=IMPORTER, lane="bulk")
-    pause = pauses.pause(conn, by="ops@example.com")
+    pause = pauses.pause(conn, by=Principal.without_key("ops@example.com", role="admin"))
     # the import had two seconds left when it was paused
     conn.execute("UPDATE tasks SET deadline_at = %s::timestamptz + interval '2 seconds' WHERE content_id = %s",
                  (pause["paused_at"], bulk.content_id))
@@ -95,7 +96,7 @@ def test_a_paused_task_does_not_fail_for_its_deadline_and_the_resume_gives_it_ba
     Reconciler(cfg, conn, {}).run()
     assert {t["status"] for t in image_tasks(conn, bulk.content_id)} == {"ready"}   # not failed while paused
 
-    resumed = pauses.resume(conn, by="ops@example.com")
+    resumed = pauses.resume(conn, by=Principal.without_key("ops@example.com", role="admin"))
     deadlines = {t["deadline_at"] for t in image_tasks(conn, bulk.content_id)}
     # exactly two seconds left again, measured from the resume
     assert [(d - resumed["resumed_at"]).total_seconds() for d in deadlines] == [2.0]
@@ -105,11 +106,11 @@ def test_a_paused_task_does_not_fail_for_its_deadline_and_the_resume_gives_it_ba
 
 def test_pause_and_resume_refuse_what_does_not_apply_and_keep_every_pause(conn):
     with pytest.raises(Conflict, match="not paused"):
-        pauses.resume(conn, by="ops")
-    pauses.pause(conn, by="ops")
+        pauses.resume(conn, by=Principal.without_key("ops", role="admin"))
+    pauses.pause(conn, by=Principal.without_key("ops", role="admin"))
     with pytest.raises(Conflict, match="paused already"):
-        pauses.pause(conn, by="someone")
-    pauses.resume(conn, by="ops")
-    pauses.pause(conn, by="ops-2")
+        pauses.pause(conn, by=Principal.without_key("someone", role="admin"))
+    pauses.resume(conn, by=Principal.without_key("ops", role="admin"))
+    pauses.pause(conn, by=Principal.without_key("ops-2", role="admin"))
     rows = conn.execute("SELECT paused_by, resumed_by FROM lane_pauses ORDER BY id").fetchall()
     assert [(r["paused_by"], r["resumed_by"]) for r in rows] == [("ops", "ops"), ("ops-2", None)]

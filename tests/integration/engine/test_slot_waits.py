@@ -12,6 +12,7 @@ from pipeline.executor import build_providers
 from pipeline.slots import SlotTable
 from pipeline.reconcile import Reconciler
 from pipeline.core.lanes import BULK, INTERACTIVE
+from pipeline.core.principal import Principal
 from testkit.helpers import EDITOR, draft, make_settings
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
@@ -90,10 +91,10 @@ def test_bulk_waiters_are_woken_only_for_slots_the_bulk_lane_may_hold_and_not_wh
     free(conn, [4])                                        # the held-back slot: the bulk lane may not take it
     assert wake(conn) == 0 and due(conn, bulk) == []
 
-    pauses.pause(conn, by="ops")
+    pauses.pause(conn, by=Principal.without_key("ops", role="admin"))
     free(conn, [1])
     assert wake(conn) == 0 and due(conn, bulk) == []
-    pauses.resume(conn, by="ops")
+    pauses.resume(conn, by=Principal.without_key("ops", role="admin"))
     assert wake(conn) == 1 and due(conn, bulk) == bulk[:1]
 
 

@@ -15,7 +15,7 @@ import pytest
 from pipeline import webhook_delivery, webhooks
 from pipeline.core.errors import NotFound
 from pipeline.core.webhooks import UnsafeURL
-from testkit.helpers import make_settings, wait_until
+from testkit.helpers import OPERATOR, make_settings, wait_until
 from testkit.receiver import Receiver, send_webhooks
 
 pytestmark = pytest.mark.server_major   # the events come from triggers of ours
@@ -45,7 +45,7 @@ def event(conn, team: str = "default") -> int:
 
 
 def registered(conn, cfg, receiver: Receiver, **kw) -> dict:
-    made = webhooks.add(conn, cfg, team="default", url=receiver.url, events=kw.pop("events", None), by="ops", **kw)
+    made = webhooks.add(conn, cfg, team="default", url=receiver.url, events=kw.pop("events", None), by=OPERATOR, **kw)
     receiver.secret = made.secret
     return made.endpoint
 
@@ -196,7 +196,7 @@ def test_redirects_are_not_followed_and_a_slow_or_huge_answer_is_cut_off(cfg, co
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         webhooks.add(conn, cfg, team="default", url=f"http://127.0.0.1:{server.server_port}/h", events=None,
-                     by="ops")
+                     by=OPERATOR)
         event(conn)
         until_settled(cfg, conn)
     finally:
@@ -229,13 +229,13 @@ def test_registration_refuses_addresses_that_are_not_public_unless_allowed(datab
                                                                             url, words):
     strict = make_settings(database_url, redis_url, media_dir, SECRET_KEY="x" * 40)
     with pytest.raises(UnsafeURL, match=words):
-        webhooks.add(conn, strict, team="default", url=url, events=None, by="ops")
+        webhooks.add(conn, strict, team="default", url=url, events=None, by=OPERATOR)
     assert conn.execute("SELECT count(*) AS n FROM webhook_endpoints").fetchone()["n"] == 0
 
 
 def test_an_endpoint_of_an_unknown_team_is_refused(cfg, conn, receiver):
     with pytest.raises(NotFound, match="team 'nobody' does not exist"):
-        webhooks.add(conn, cfg, team="nobody", url=receiver.url, events=None, by="ops")
+        webhooks.add(conn, cfg, team="nobody", url=receiver.url, events=None, by=OPERATOR)
 
 
 def test_the_dead_workers_attempt_is_recorded_as_lost_and_the_message_sent_again(cfg, conn, receiver):

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import keys, webhooks
 from pipeline.db import connect
-from testkit.helpers import work_burst
+from testkit.helpers import OPERATOR, work_burst
 from testkit.webapp import api_and_work
 
 pytestmark = pytest.mark.server_major   # triggers of ours decide every event here
@@ -36,7 +36,7 @@ def events(conn, endpoint_id: int | None = None) -> list[tuple]:
 def test_a_save_its_approval_and_its_withdrawal_write_completed_deliverable_and_withdrawn_once_each(flow, conn):
     api, work = flow
     # given an endpoint of the key's team that wants every event
-    hook = webhooks.add(conn, work.settings, team="default", url=URL, events=None, by="ops").endpoint
+    hook = webhooks.add(conn, work.settings, team="default", url=URL, events=None, by=OPERATOR).endpoint
     # when a lesson is made, approved, its approval withdrawn
     created = api.create(2)
     work.until_idle()
@@ -56,7 +56,7 @@ def test_a_save_its_approval_and_its_withdrawal_write_completed_deliverable_and_
 
 def test_an_approval_before_the_bundle_is_made_makes_the_version_deliverable_when_the_bundle_succeeds(flow, conn):
     api, work = flow
-    webhooks.add(conn, work.settings, team="default", url=URL, events="version.deliverable", by="ops")
+    webhooks.add(conn, work.settings, team="default", url=URL, events="version.deliverable", by=OPERATOR)
     created = api.create(1)
     # given a version whose media succeeded and whose bundle has not run
     work.send()
@@ -71,7 +71,7 @@ def test_an_approval_before_the_bundle_is_made_makes_the_version_deliverable_whe
 def test_approving_a_newer_version_withdraws_the_older_one_as_replaced(flow, conn):
     api, work = flow
     webhooks.add(conn, work.settings, team="default", url=URL, events="version.deliverable,version.withdrawn",
-                 by="ops")
+                 by=OPERATOR)
     created = api.create(1)
     work.until_idle()
     assert api.approve(created).status_code == 200
@@ -94,7 +94,7 @@ def _lesson_v2() -> dict:
 def test_a_completion_and_an_approval_committing_at_once_make_the_version_deliverable_exactly_once(
         flow, conn, database_url, first):
     api, work = flow
-    webhooks.add(conn, work.settings, team="default", url=URL, events="version.deliverable", by="ops")
+    webhooks.add(conn, work.settings, team="default", url=URL, events="version.deliverable", by=OPERATOR)
     created = api.create(1)
     work.send()
     work_burst(work.rt, queues=("image", "tts"))
@@ -127,8 +127,8 @@ def test_a_failed_task_needs_attention_and_only_its_own_teams_endpoints_hear_of_
     api, work = flow
     # given an endpoint of the key's team for task.needs_attention, and one of another team for everything
     keys.create(conn, "ed@beta.example", "editor", team="beta")
-    mine = webhooks.add(conn, work.settings, team="default", url=URL, events="task.needs_attention", by="ops")
-    theirs = webhooks.add(conn, work.settings, team="beta", url=URL, events=None, by="ops")
+    mine = webhooks.add(conn, work.settings, team="default", url=URL, events="task.needs_attention", by=OPERATOR)
+    theirs = webhooks.add(conn, work.settings, team="beta", url=URL, events=None, by=OPERATOR)
     created = api.create(1)
     image = api.tasks_of(created)["image:b1"]["id"]
     from pipeline.core.errors import Permanent
@@ -146,7 +146,7 @@ def test_a_budget_reached_is_told_once_per_team_kind_and_day(database_url, redis
     # given image calls that cost 1 against a daily budget of 1.5: the second image call of the day waits
     api, work = api_and_work(database_url, redis_url, media_dir, tokens, IMAGE_COST_PER_CALL="1",
                              IMAGE_DAILY_BUDGET="1.5", **ALLOW)
-    webhooks.add(conn, work.settings, team="default", url=URL, events="budget.reached", by="ops")
+    webhooks.add(conn, work.settings, team="default", url=URL, events="budget.reached", by=OPERATOR)
     created = api.create(3)
     work.until_idle(rounds=3)
     waiting = conn.execute("SELECT count(*) AS n FROM tasks WHERE waiting_for = 'budget'").fetchone()["n"]
