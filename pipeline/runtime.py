@@ -1,4 +1,5 @@
-"""What a worker process keeps between jobs: settings, the executor, and kept connections.
+"""What a worker process keeps between jobs: settings, the executor, what each kind's call needs, and kept
+connections.
 
 RQ imports `pipeline.message.run_task` by dotted path; the job asks `current()` for
 the process's runtime, built once from the environment (or installed by tests).
@@ -24,9 +25,9 @@ from typing import Callable, Protocol
 import psycopg
 import redis
 
-from pipeline import servers, storage
+from pipeline import servers, slots, storage
+from pipeline.core import kinds
 from pipeline.executor import Executor
-from pipeline.slots import SlotTable
 from pipeline.log import log
 from pipeline.settings import Settings, load
 
@@ -109,8 +110,17 @@ class Runtime:
     _pid: int = field(default_factory=os.getpid, repr=False)
     _receipt_store: str | None = field(default=None, repr=False)
     _heartbeats: Heartbeats | None = field(default=None, repr=False)
-    slot_table: SlotTable = field(default_factory=SlotTable, repr=False)   # which slot rows this process saw
     stopping: Callable[[], bool] = field(default=lambda: False, repr=False)   # the worker was asked to stop
+    _calls: slots.CallPlans | None = field(default=None, repr=False)
+
+    @property
+    def calls(self) -> slots.CallPlans:
+        """What each kind's call needs (`slots.CallPlan`), resolved once per process from the settings and the
+        executor's name for each kind's provider; the claim, the slots and the settlement are given it."""
+        if self._calls is None:
+            self._calls = slots.plans(self.settings, {k.name: self.executor.provider_name(k.name)
+                                                      for k in kinds.every()})
+        return self._calls
 
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here) and
