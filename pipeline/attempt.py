@@ -5,10 +5,11 @@ new lease in one statement (`attempt_claim`), with the hold on its input's one p
 needs no booking, its call slot, then what its call still needs (`slots.take`, given the kind's `slots.CallPlan`
 that the runtime resolved once); the attempt then reuses the asset its input already has, or parks behind the
 task that holds the input, or takes what its call needs once it holds the input (`slots.take`), checks its lease
-and hands the work to the process's executor (`pipeline.executor`); `_succeed` writes a success with what the
-call owes in one statement (`tasks.succeed_in`, `attempt_succeed`), `_finish` any other outcome (`pipeline.tasks`)
-with what the call owes (`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its
-lease, its kind's call plan, what the claim found and the call it took. The RQ message that brings task ids, and runs an attempt of each, is `pipeline.message`;
+and hands the work to the process's executor (`pipeline.executor`), which answers the asset and what the call owes;
+`_succeed` writes a success with what the call owes in one statement (`tasks.succeed_in`, `attempt_succeed`),
+`_finish` any other outcome (`pipeline.tasks`) with what the call owes (`slots.settle`) in one transaction. An
+`Attempt` carries all of it: the task and its lease, its kind's call plan, what the claim found, the call it took
+and what that call owes. The RQ message that brings task ids, and runs an attempt of each, is `pipeline.message`;
 a success claims the message's next task in its own transaction (`Following`).
 """
 
@@ -56,7 +57,7 @@ class Following(Protocol):
 class Attempt:
     """One attempt of one task: the task under its lease, what its kind's call needs (`plan`), what the claim found
     (the asset its input already has, whether it holds the input's one paid call, why the call may not be made
-    now) and the call it took.
+    now), the call it took and what that call owes (its ledger row; whether the attempt's error proves it unpaid).
 
     While the work runs, the process's heartbeat thread (`runtime.Heartbeats`) renews the lease; `check()` says,
     right before a paid call, whether the attempt may go on."""
@@ -65,7 +66,9 @@ class Attempt:
                  holds_input: bool = False, refused: Exception | None = None) -> None:
         self.rt, self.task, self.plan = rt, task, plan   # plan: a paid call or local work, a held input, its slots
         self.reusable, self.holds_input, self.refused = reusable, holds_input, refused
-        self.call: slots.Call | None = None      # what the call took and owes; None until taken
+        self.call: slots.Call | None = None      # what the call took; None until taken
+        self.ledger: dict | None = None          # the call's ledger row, once the executor answered it
+        self.unpaid = False                      # the attempt ended in an error that proves the call cost nothing
         self.settled = False                     # what the call owes was written
         self._wake: psycopg.Cursor | None = None   # the wake of the slot waiters its release lets run
         self.woken_ids: list[int] = []             # or their outbox rows, when the success freed the slot
@@ -152,7 +155,7 @@ class Attempt:
     def settle_in(self, conn: psycopg.Connection) -> None:
         """What the call owes, in the transaction that writes the attempt's outcome."""
         if self.call is not None:
-            self._wake = slots.settle(conn, self.task, self.call)
+            self._wake = slots.settle(conn, self.task, self.call, self.ledger, unpaid=self.unpaid)
 
     def woken(self) -> list[int]:
         """The outbox rows of the slot waiters its release woke; read once the settling transaction ended."""
@@ -160,7 +163,7 @@ class Attempt:
 
     def settle_alone(self) -> None:
         """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
-        if self.settled or self.call is None or not self.call.owes():
+        if self.settled or self.call is None or not self.call.owes(self.ledger, self.unpaid):
             return
         try:
             conn = self.rt.conn()
@@ -169,7 +172,7 @@ class Attempt:
             self.settled = True
         except psycopg.Error as exc:   # the slot frees itself at held_until; the receipts keep the call
             log("settlement_failed", task_id=self.task.id, error=exc.__class__.__name__,
-                ledger=self.call.ledger is not None)
+                ledger=self.ledger is not None)
 
 
 def job_timeout(settings: Settings) -> int:
@@ -267,7 +270,8 @@ def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tupl
 
     def once(conn: psycopg.Connection) -> tasks.Success:
         with conn.transaction():
-            done = tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id, call=attempt.call, **how)
+            done = tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id, call=attempt.call,
+                                    ledger=attempt.ledger, **how)
             if following is not None:
                 message.claimed[following] = _claim_in(rt, conn, following, message.job_id)
         return done
@@ -311,10 +315,11 @@ def _hold_input(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]] 
 def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset | None:
     """Take what the call needs if the claim did not (the input was taken after it), check the lease right before
     paying, and have the executor do the work: the asset, or None when the call went into a Batch API job instead.
-    The call's booking is given back when the error proves it unpaid."""
+    What the call owes is the executor's answer (its ledger row), kept before its error is raised; the call's
+    booking is given back when the error proves it unpaid."""
     task, plan = attempt.task, attempt.plan
     if not plan.paid:   # local work: no call, nothing to take
-        return rt.executor.execute(task, slots.Call())
+        return rt.executor.execute(task, plan, None).asset
     if attempt.call is None:
         try:
             conn = rt.conn()
@@ -324,13 +329,20 @@ def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset | None:
             raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
     try:
         attempt.check()
-        if slots.batched(rt.settings, task):   # no call now: the line goes into a Batch API job
-            if not batches.enlist(rt.conn(), rt.settings, storage.receipt_book(rt.settings), task, attempt.call):
+        if attempt.call.batch:   # no call now: the line goes into a Batch API job, which owns its booking
+            enlisted = batches.enlist(rt.conn(), rt.settings, storage.receipt_book(rt.settings), task,
+                                      attempt.call.booking)
+            attempt.call = None   # the line owns the booking now (or it was given back)
+            if not enlisted:
                 raise LeaseLost(f"task {task.id}: lease {task.lease_token} was lost before its line was enlisted")
             return None
-        return rt.executor.execute(task, attempt.call)
+        called = rt.executor.execute(task, plan, attempt.call)
+        attempt.ledger = called.ledger
+        if called.error is not None:
+            raise called.error
+        return called.asset
     except Exception as exc:
-        attempt.call.unpaid = policy.unpaid(exc)
+        attempt.unpaid = policy.unpaid(exc)
         raise
 
 

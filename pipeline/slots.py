@@ -3,9 +3,9 @@
 What a kind's call needs is resolved once per process (`plans`, held by the runtime): its provider's name and
 settings, its slots' name, whether the claim takes its slot itself, its price. `take` holds all three for an
 attempt's call in the caller's transaction (the claim's), or raises SlotsBusy, Busy or BudgetReached having taken
-nothing; what it took is the attempt's `Call`. `settle` writes what the call owes (its ledger row, its booking
-settled to the reported cost) and frees its slot, waking the tasks that waited for one, in the transaction that
-writes the attempt's outcome.
+nothing; what it took is the attempt's `Call`, a value. `settle` writes what the call owes (its ledger row, which
+the executor answered, its booking settled to the reported cost or given back) and frees its slot, waking the tasks
+that waited for one, in the transaction that writes the attempt's outcome.
 """
 
 from __future__ import annotations
@@ -71,31 +71,26 @@ def plans(cfg: Settings, providers: Mapping[str, str]) -> CallPlans:
     return CallPlans(of, json.dumps(in_claim))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Call:
-    """One attempt's paid call: the slot it holds, its booking, and its ledger row once it was made."""
+    """What one attempt's paid call took: the slot it holds and its booking (a batch line: its booking alone)."""
 
-    provider: str | None = None          # the slot's name (`slots_of`), None when no slot is held
+    slots: str | None = None             # the slots' name (`slots_of`), None when no slot is held
     slot: int | None = None
     holder: uuid.UUID | None = None      # the attempt's lease token
     bulk_slots: int = 0                  # of the provider's slots, how many the bulk lane may hold (for the wake)
     booking: spend.Booking | None = None
     replay: bool = False                 # the provider answers this key with its first result: no new charge
-    ledger: dict | None = None           # the call's ledger row, once the call was made
-    unpaid: bool = False                 # the attempt ended in an error that proves the call cost nothing
+    batch: bool = False                  # no call now: the line goes into a Batch API job
 
-    def owes(self) -> bool:
-        return self.ledger is not None or self.slot is not None or (self.unpaid and self.booking is not None)
+    def owes(self, ledger: dict | None, unpaid: bool) -> bool:
+        """Whether settling it writes anything, given its ledger row and whether the attempt proved it unpaid."""
+        return ledger is not None or self.slot is not None or (unpaid and self.booking is not None)
 
 
 def slots_of(provider_name: str, kind: str) -> str:
     """The name a provider's call slots go by for one task kind (`provider_slots.provider`)."""
     return f"{provider_name}:{kind}"
-
-
-def batched(cfg: Settings, task: Task) -> bool:
-    """Whether the task's call goes into a Batch API job (IMAGE_BULK_BACKEND=batch, a bulk-lane image)."""
-    return cfg.image_bulk_backend == "batch" and kinds.get(task.kind).batchable and task.lane == BULK
 
 
 def taken_in_claim(cfg: Settings, kind: str) -> bool:
@@ -119,7 +114,8 @@ def take(conn: psycopg.Connection, cfg: Settings, plan: CallPlan, task: Task, cl
     if plan.batch and task.lane == BULK:
         with conn.transaction():   # a savepoint: a refused booking leaves the claim intact
             return Call(booking=spend.book(conn, plan.provider, task.content_id, p, cfg.content_budget,
-                                           cfg.budget_recheck_seconds, cost=plan.estimate(task.input, batch=True)))
+                                           cfg.budget_recheck_seconds, cost=plan.estimate(task.input, batch=True)),
+                        batch=True)
     replay = p.honours_idempotency_key and spend.key_charged(conn, task.idempotency_key)
     cost = plan.estimate(task.input)
     db.execute(conn, "provider_slots_ensure", {"provider": plan.slots, "max": p.max_concurrency})   # looks first
@@ -165,24 +161,29 @@ def _refusal(provider: str, p: ProviderSettings, lane: str, slot_free: bool, sec
     raise Busy(f"{provider}: {p.rate_per_minute} calls per minute reached", retry_after=float(seconds_left))
 
 
-def settle(conn: psycopg.Connection, task: Task, call: Call) -> psycopg.Cursor | None:
-    """Write the call's ledger row, settle its booking (`settle_booking`) and free its slot, in the caller's
-    transaction. The wake of the slot waiters the release lets run travels with the COMMIT: its cursor (their
-    outbox rows) is read once the transaction ended. A success writes its ledger row and frees its slot in
-    `attempt_succeed` instead, and settles only its booking here."""
-    if call.ledger is not None:
-        spend.record_call(conn, task, **call.ledger)
-    settle_booking(conn, call)
+def settle(conn: psycopg.Connection, task: Task, call: Call, ledger: dict | None = None, *,
+           unpaid: bool = False) -> psycopg.Cursor | None:
+    """Write what the call owes, in the caller's transaction: its ledger row (the executor's answer, None when no
+    call was made), its booking settled to the reported cost or given back when the attempt's error proves it
+    `unpaid` (`settle_booking`), and its slot freed. The wake of the slot waiters the release lets run travels with
+    the COMMIT: its cursor (their outbox rows) is read once the transaction ended. A success writes its ledger row
+    and frees its slot in `attempt_succeed` instead, and settles only its booking (`settle_booking`)."""
+    if ledger is not None:
+        spend.record_call(conn, task, **ledger)
+    if call.booking is not None:
+        settle_booking(conn, call.booking, ledger, unpaid=unpaid)
     if call.slot is None:
         return None
-    db.execute(conn, "provider_slots_release", {"provider": call.provider, "slot": call.slot, "holder": call.holder})
-    return db.execute(conn, "provider_slots_wake", {"kind": task.kind, "provider": call.provider,
+    db.execute(conn, "provider_slots_release", {"provider": call.slots, "slot": call.slot, "holder": call.holder})
+    return db.execute(conn, "provider_slots_wake", {"kind": task.kind, "provider": call.slots,
                                                      "bulk_slots": call.bulk_slots})
 
 
-def settle_booking(conn: psycopg.Connection, call: Call) -> None:
-    """The call's booking settled to the reported cost, or given back when the call provably cost nothing."""
-    if call.booking is not None and call.unpaid:
-        spend.refund_in(conn, call.booking)
-    elif call.booking is not None and call.ledger is not None and call.ledger.get("reported_cost") is not None:
-        spend.settle(conn, call.booking, call.ledger["reported_cost"])
+def settle_booking(conn: psycopg.Connection, booking: spend.Booking, ledger: dict | None, *,
+                   unpaid: bool = False) -> None:
+    """A call's booking settled to the cost its ledger row reports, or given back when the call provably cost
+    nothing."""
+    if unpaid:
+        spend.refund_in(conn, booking)
+    elif ledger is not None and ledger.get("reported_cost") is not None:
+        spend.settle(conn, booking, ledger["reported_cost"])
