@@ -111,16 +111,16 @@ class Runtime:
     _receipt_store: str | None = field(default=None, repr=False)
     _heartbeats: Heartbeats | None = field(default=None, repr=False)
     stopping: Callable[[], bool] = field(default=lambda: False, repr=False)   # the worker was asked to stop
-    _calls: slots.CallPlans | None = field(default=None, repr=False)
+    calls: slots.CallPlans | None = field(default=None, repr=False)   # what each kind's call needs: `resolve_calls`
 
-    @property
-    def calls(self) -> slots.CallPlans:
+    def __post_init__(self) -> None:
+        if self.executor is not None and self.calls is None:
+            self.resolve_calls()
+
+    def resolve_calls(self) -> None:
         """What each kind's call needs (`slots.CallPlan`), resolved once per process from the settings and the
         executor's name for each kind's provider; the claim, the slots and the settlement are given it."""
-        if self._calls is None:
-            self._calls = slots.plans(self.settings, {k.name: self.executor.provider_name(k.name)
-                                                      for k in kinds.every()})
-        return self._calls
+        self.calls = slots.plans(self.settings, {k.name: self.executor.provider_name(k.name) for k in kinds.every()})
 
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here) and
@@ -190,6 +190,7 @@ def with_providers(settings: Settings, worker_id: str | None = None) -> Runtime:
     from pipeline.executor import ProviderExecutor
     rt = Runtime(settings, None, **({"worker_id": worker_id} if worker_id else {}))
     rt.executor = ProviderExecutor.from_settings(settings, rt.conn, actor=rt.worker_id)
+    rt.resolve_calls()
     return rt
 
 
