@@ -2,13 +2,15 @@
 
 The attempt reads top to bottom here (docs/architecture.md, "An attempt"): `claim` takes the task under a
 new lease in one statement (`attempt_claim`), with the hold on its input's one paid call and, when its call
-needs no booking, its call slot; the attempt then reuses the asset its input already has, or parks behind the
-task that holds the input, or takes what its call still needs (`pipeline.slots.take`), checks its lease and
-hands the work to the process's executor (`pipeline.executor`); `_succeed` writes a success with what the call
-owes in one statement (`tasks.succeed_in`, `attempt_succeed`), `_finish` any other outcome (`pipeline.tasks`)
-with what the call owes (`slots.settle`) in one transaction. An `Attempt` carries all of it: the task and its
-lease, what the claim found and the call it took. The RQ message that brings task ids, and runs an attempt of each,
-is `pipeline.message`; a success claims the message's next task in its own transaction (`Following`).
+needs no booking, its call slot, then what its call still needs (`slots.take`, given the kind's `slots.CallPlan`
+that the runtime resolved once); the attempt then reuses the asset its input already has, or parks behind the
+task that holds the input, or takes what its call needs once it holds the input (`slots.take`), checks its lease
+and hands the work to the process's executor (`pipeline.executor`), which answers the asset and what the call owes;
+`_succeed` writes a success with what the call owes in one statement (`tasks.succeed_in`, `attempt_succeed`),
+`_finish` any other outcome (`pipeline.tasks`) with what the call owes (`slots.settle`) in one transaction. An
+`Attempt` carries all of it: the task and its lease, its kind's call plan, what the claim found, the call it took
+and what that call owes. The RQ message that brings task ids, and runs an attempt of each, is `pipeline.message`;
+a success claims the message's next task in its own transaction (`Following`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from pipeline import batches, db, runtime, slots, storage, tasks, tracing
 from pipeline.core import policy
 from pipeline.core.errors import Busy, Cancelled, LeaseLost, Refused, Transient
 from pipeline.core.records import Asset, Task
-from pipeline.core import kinds
 from pipeline.core.states import TaskStatus, check_transition
 from pipeline.log import log
 from pipeline.settings import Settings
@@ -54,18 +55,20 @@ class Following(Protocol):
 
 
 class Attempt:
-    """One attempt of one task: the task under its lease, what the claim found (the asset its input already has,
-    whether it holds the input's one paid call, why the call may not be made now) and the call it took.
+    """One attempt of one task: the task under its lease, what its kind's call needs (`plan`), what the claim found
+    (the asset its input already has, whether it holds the input's one paid call, why the call may not be made
+    now), the call it took and what that call owes (its ledger row; whether the attempt's error proves it unpaid).
 
     While the work runs, the process's heartbeat thread (`runtime.Heartbeats`) renews the lease; `check()` says,
     right before a paid call, whether the attempt may go on."""
 
-    def __init__(self, rt: runtime.Runtime, task: Task, *, reusable: Asset | None = None,
+    def __init__(self, rt: runtime.Runtime, task: Task, plan: slots.CallPlan, *, reusable: Asset | None = None,
                  holds_input: bool = False, refused: Exception | None = None) -> None:
-        self.rt, self.task = rt, task
-        self.kind = kinds.get(task.kind)         # what its kind does: a paid call or local work, a held input
+        self.rt, self.task, self.plan = rt, task, plan   # plan: a paid call or local work, a held input, its slots
         self.reusable, self.holds_input, self.refused = reusable, holds_input, refused
-        self.call: slots.Call | None = None      # what the call took and owes; None until taken
+        self.call: slots.Call | None = None      # what the call took; None until taken
+        self.ledger: dict | None = None          # the call's ledger row, once the executor answered it
+        self.unpaid = False                      # the attempt ended in an error that proves the call cost nothing
         self.settled = False                     # what the call owes was written
         self._wake: psycopg.Cursor | None = None   # the wake of the slot waiters its release lets run
         self.woken_ids: list[int] = []             # or their outbox rows, when the success freed the slot
@@ -95,7 +98,7 @@ class Attempt:
                     row = db.one(conn, "tasks_heartbeat", {"task_id": self.task.id,
                                                            "lease_token": self.task.lease_token,
                                                            "lease_seconds": self.rt.settings.lease_seconds})
-                    if self.kind.shared:
+                    if self.plan.shared:
                         db.execute(conn, "input_calls_renew", {"fingerprint": self.task.fingerprint,
                                                                "lease_token": self.task.lease_token,
                                                                "hold_seconds": self.rt.settings.lease_seconds})
@@ -149,16 +152,10 @@ class Attempt:
 
     # the call
 
-    def take_call(self, conn: psycopg.Connection) -> None:
-        """Take what the call needs (`slots.take`) in the caller's transaction; SlotsBusy, Busy or BudgetReached:
-        nothing was taken."""
-        self.call = slots.take(conn, self.rt.settings, self.rt.slot_table, self.task,
-                               self.rt.executor.provider_name(self.task.kind))
-
     def settle_in(self, conn: psycopg.Connection) -> None:
         """What the call owes, in the transaction that writes the attempt's outcome."""
         if self.call is not None:
-            self._wake = slots.settle(conn, self.task, self.call)
+            self._wake = slots.settle(conn, self.task, self.call, self.ledger, unpaid=self.unpaid)
 
     def woken(self) -> list[int]:
         """The outbox rows of the slot waiters its release woke; read once the settling transaction ended."""
@@ -166,7 +163,7 @@ class Attempt:
 
     def settle_alone(self) -> None:
         """After an outcome that did not commit (a lost lease, a database error): settle on our own."""
-        if self.settled or self.call is None or not self.call.owes():
+        if self.settled or self.call is None or not self.call.owes(self.ledger, self.unpaid):
             return
         try:
             conn = self.rt.conn()
@@ -175,7 +172,7 @@ class Attempt:
             self.settled = True
         except psycopg.Error as exc:   # the slot frees itself at held_until; the receipts keep the call
             log("settlement_failed", task_id=self.task.id, error=exc.__class__.__name__,
-                ledger=self.call.ledger is not None)
+                ledger=self.ledger is not None)
 
 
 def job_timeout(settings: Settings) -> int:
@@ -223,30 +220,28 @@ check_transition(TaskStatus.RETRY, TaskStatus.RUNNING, "worker")
 def _claim_in(rt: runtime.Runtime, conn: psycopg.Connection, task_id: int, job_id: str | None) -> Attempt | None:
     """The claim as one statement (`attempt_claim`), in the caller's transaction: the move to `running` under a new
     lease, the hold on the input's one paid call, the input's stored asset and the provider's earlier refusal of it
-    and, for a task that holds its input when its call needs no booking (`slots.taken_in_claim`), its call slot and
-    rate token; a call that needs a booking takes all it needs in the same transaction (`slots.take`)."""
-    cfg, token, started = rt.settings, uuid.uuid4(), tracing.now_ns()
+    and, for a task that holds its input when its call needs no booking (`CallPlan.in_claim`), its call slot and
+    rate token; then, for a task that holds its input, what its call needs (`slots.take`: read from the claim's row,
+    or the slot, rate token and booking taken in the same transaction)."""
+    cfg, calls, token, started = rt.settings, rt.calls, uuid.uuid4(), tracing.now_ns()
     row = db.one(conn, "tasks_claim", {
         "task_id": task_id, "lease_token": token, "worker": rt.worker_id, "lease_seconds": cfg.lease_seconds,
         "rq_job_id": job_id, "attempt_seconds": cfg.attempt_ceiling_seconds, "receipt_store": rt.receipt_store,
-        "calls": rt.slot_table.in_claim(cfg, rt.executor.provider_name), "traced": tracing.on()})
+        "calls": calls.in_claim, "traced": tracing.on()})
     if row is None:
         return None
     task = Task.from_row(row)
     stored = None if row["stored_sha256"] is None else Asset(
         row["stored_sha256"], row["stored_media_type"], row["stored_size"], row["stored_width"],
         row["stored_height"], row["stored_duration_ms"])
-    attempt = Attempt(rt, task, reusable=stored, holds_input=row["holder"] == task.id)
+    attempt = Attempt(rt, task, calls.of[task.kind], reusable=stored, holds_input=row["holder"] == task.id)
     attempt.traceparent, attempt.claimed_ns = row["traceparent"], (started, tracing.now_ns())
     if row["refused_by"] is not None and stored is None:   # the same prompt was refused: not sent again unasked
         attempt.refused = Refused(f"the provider refused this same prompt before (task {row['refused_by']}): "
                                   f"{row['refused_message']}; edit the block, or retry the task to send it again")
-    elif stored is None and attempt.holds_input and attempt.kind.paid:   # local work takes no call
+    elif stored is None and attempt.holds_input and attempt.plan.paid:   # local work takes no call
         try:
-            if slots.taken_in_claim(cfg, task.kind):
-                attempt.call = rt.slot_table.taken(task, cfg, row)
-            else:
-                attempt.take_call(conn)
+            attempt.call = slots.take(conn, cfg, attempt.plan, task, claimed=row)
         except Busy as exc:   # nothing was taken (SlotsBusy and BudgetReached are Busy); the claim stands
             attempt.refused = exc
     return attempt
@@ -275,7 +270,8 @@ def _succeed(rt: runtime.Runtime, attempt: Attempt, asset: Asset, **how) -> tupl
 
     def once(conn: psycopg.Connection) -> tasks.Success:
         with conn.transaction():
-            done = tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id, call=attempt.call, **how)
+            done = tasks.succeed_in(conn, attempt.task, asset, actor=rt.worker_id, call=attempt.call,
+                                    ledger=attempt.ledger, **how)
             if following is not None:
                 message.claimed[following] = _claim_in(rt, conn, following, message.job_id)
         return done
@@ -294,7 +290,7 @@ def _reuse(rt: runtime.Runtime, attempt: Attempt, asset: Asset | None = None) ->
     if asset is None:
         return None
     return _succeed(rt, attempt, asset, reason="reused", details={"reused_sha256": asset.sha256},
-                    reused_from=rt.executor.provider_name(attempt.task.kind))
+                    reused_from=attempt.plan.provider)
 
 
 def _hold_input(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]] | None:
@@ -316,29 +312,37 @@ def _hold_input(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]] 
     raise Transient(f"task {task.id}: the hold on its input kept changing hands; trying again later")
 
 
-def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset:
+def _call(rt: runtime.Runtime, attempt: Attempt) -> Asset | None:
     """Take what the call needs if the claim did not (the input was taken after it), check the lease right before
     paying, and have the executor do the work: the asset, or None when the call went into a Batch API job instead.
-    The call's booking is given back when the error proves it unpaid."""
-    task = attempt.task
-    if not attempt.kind.paid:   # local work: no call, nothing to take
-        return rt.executor.execute(task, slots.Call())
+    What the call owes is the executor's answer (its ledger row), kept before its error is raised; the call's
+    booking is given back when the error proves it unpaid."""
+    task, plan = attempt.task, attempt.plan
+    if not plan.paid:   # local work: no call, nothing to take
+        return rt.executor.execute(task, plan, None).asset
     if attempt.call is None:
         try:
             conn = rt.conn()
             with conn.transaction():
-                attempt.take_call(conn)
+                attempt.call = slots.take(conn, rt.settings, plan, task)
         except psycopg.Error as exc:
             raise Transient(f"could not prepare the call: {exc.__class__.__name__}") from exc
     try:
         attempt.check()
-        if slots.batched(rt.settings, task):   # no call now: the line goes into a Batch API job
-            if not batches.enlist(rt.conn(), rt.settings, storage.receipt_book(rt.settings), task, attempt.call):
+        if attempt.call.batch:   # no call now: the line goes into a Batch API job, which owns its booking
+            enlisted = batches.enlist(rt.conn(), rt.settings, storage.receipt_book(rt.settings), task,
+                                      attempt.call.booking)
+            attempt.call = None   # the line owns the booking now (or it was given back)
+            if not enlisted:
                 raise LeaseLost(f"task {task.id}: lease {task.lease_token} was lost before its line was enlisted")
             return None
-        return rt.executor.execute(task, attempt.call)
+        called = rt.executor.execute(task, plan, attempt.call)
+        attempt.ledger = called.ledger
+        if called.error is not None:
+            raise called.error
+        return called.asset
     except Exception as exc:
-        attempt.call.unpaid = policy.unpaid(exc)
+        attempt.unpaid = policy.unpaid(exc)
         raise
 
 
@@ -350,7 +354,7 @@ def run(rt: runtime.Runtime, attempt: Attempt) -> tuple[str, list[int]]:
     try:
         if attempt.refused is not None:
             raise attempt.refused
-        settled = (_hold_input(rt, attempt) if attempt.kind.shared and not attempt.holds_input
+        settled = (_hold_input(rt, attempt) if attempt.plan.shared and not attempt.holds_input
                    else None)
         if settled:
             return settled

@@ -45,7 +45,6 @@ from pipeline.core import prices
 from pipeline.core.errors import Busy, LeaseLost, ProviderError, Refused, StorageUnavailable, Transient
 from pipeline.core.records import Task
 from pipeline.executor import keep_result
-from pipeline.slots import Call
 from pipeline.log import log
 from pipeline.settings import Settings
 from providers.errors import Ambiguous
@@ -60,10 +59,11 @@ ACTOR = "batcher"
 PROVIDER = "openai-image"   # the ledger's name of the image provider whose Batch API this is
 
 
-def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Task, call: Call) -> bool:
+def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Task,
+           booking: spend.Booking | None) -> bool:
     """Hand a claimed bulk image task's call to the batch lane: the intent receipt (durable), then the line,
-    the lease and the input hold in one transaction. False (nothing enlisted, the booking given back) when the
-    worker's lease is gone."""
+    the lease and the input hold in one transaction; the line owns the call's `booking` from then on. False
+    (nothing enlisted, the booking given back) when the worker's lease is gone."""
     data, key = task.input, task.idempotency_key
     body = image_payload(data["model"], data["prompt"], data["size"], data.get("options") or {})
     token = uuid.uuid4()
@@ -74,7 +74,6 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
         wait = storage.REFUSALS.refused(cfg, "intent receipt", exc)
         raise StorageUnavailable(f"could not write the intent receipt, so the line was not enlisted: {exc}",
                                  retry_after=wait) from exc
-    booking = call.booking
     with conn.transaction():
         row = db.one(conn, "batch_lines_enlist", {
             "task_id": task.id, "lease_token": task.lease_token, "line_token": token, "custom_id": key,
@@ -83,7 +82,6 @@ def enlist(conn: psycopg.Connection, cfg: Settings, book: ReceiptBook, task: Tas
             "booked_day": booking.day if booking else None})
         if row is None and booking is not None:
             spend.refund_in(conn, booking)
-    call.booking = None   # the line owns it now (or it was given back)
     return row is not None
 
 

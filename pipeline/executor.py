@@ -1,15 +1,15 @@
 """The executor: the work of one attempt once it may go on, and for media the one paid call, bracketed by receipts.
 
 `pipeline.attempt` claims the task, takes what its call needs (`pipeline.slots`), checks its lease and
-hands it here with its `slots.Call`; the executor returns the stored asset or raises a classified error.
-A media call: write the intent receipt (durable), call the provider outside any transaction, store the
-asset file, write the result receipt (durable), and leave the call's ledger row in the `Call`, which the
-attempt writes with its outcome. Anything that goes wrong before the intent receipt is `Transient` (the
-provider was provably not called), but a store that refuses the receipt is `StorageUnavailable`: the task
-waits for it without spending an attempt. After it, the provider's own classification holds, as the money rule
-(`pipeline.core.policy.as_decided`) reads it: an `Ambiguous` answer from a provider that honours
-idempotency keys is `Transient`. A paid result the store refuses is held in memory and stored again until
-the attempt's end (`_keep`), then `ResultNotStored` (unknown).
+hands it here with its kind's `slots.CallPlan` and its `slots.Call`; the executor answers what the work came to
+(`Called`), or raises a classified error when no call was made. A media call: write the intent receipt (durable),
+call the provider outside any transaction, store the asset file, write the result receipt (durable); its answer
+carries the call's ledger row, which the attempt writes with its outcome, and the error the call ended in, if any.
+Anything that goes wrong before the intent receipt is `Transient` (the provider was provably not called), but a
+store that refuses the receipt is `StorageUnavailable`: the task waits for it without spending an attempt. After
+it, the provider's own classification holds, as the money rule (`pipeline.core.policy.as_decided`) reads it: an
+`Ambiguous` answer from a provider that honours idempotency keys is `Transient`. A paid result the store refuses
+is held in memory and stored again until the attempt's end (`_keep`), then `ResultNotStored` (unknown).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import tempfile
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Protocol
@@ -29,7 +29,7 @@ from pipeline.core import kinds, policy, prices
 from pipeline.core.errors import (ConfigError, PipelineError, ProviderError, ResultNotStored, StorageUnavailable,
                                   Transient)
 from pipeline.core.records import Asset, Task, Work
-from pipeline.slots import Call
+from pipeline.slots import Call, CallPlan
 from pipeline.settings import ProviderSettings, Settings
 from providers.base import GenerateRequest, Provider, Result
 from providers.errors import ProviderConfigError
@@ -39,14 +39,26 @@ from receipts.calls import ResultReceipt
 from receipts.media import MediaStore
 
 
-class Executor(Protocol):
-    """Does the work of a claimed task whose attempt may go on: the stored asset, or a classified error."""
+@dataclass(frozen=True)
+class Called:
+    """What a claimed task's work came to: its asset, and for a media call that was made its ledger row and the
+    error it ended in (then no asset)."""
 
-    def execute(self, task: Task, call: Call) -> Asset:
-        """The work itself; a media call leaves its ledger row in `call` (also when it raises)."""
+    asset: Asset | None = None
+    ledger: dict | None = None           # the call's ledger row, once the provider was called
+    error: BaseException | None = None   # the classified error, raised by the attempt once it has the ledger row
+
+
+class Executor(Protocol):
+    """Does the work of a claimed task whose attempt may go on: what it came to, or a classified error when no
+    call was made."""
+
+    def execute(self, task: Task, plan: CallPlan, call: Call | None) -> Called:
+        """The work itself (`call`: what the paid call took; None for local work)."""
 
     def provider_name(self, kind: str) -> str:
-        """The name the ledger and the call slots use for the provider of a task kind."""
+        """The name the ledger and the call slots use for the provider of a task kind (asked once per kind, when
+        the runtime resolves what each kind's call needs: `slots.plans`)."""
 
 
 def provider_config(p: ProviderSettings) -> ProviderConfig:
@@ -83,6 +95,15 @@ def keep_result(store: MediaStore, book: ReceiptBook, task_id: int, attempt: int
     return asset
 
 
+def _decided(exc: ProviderError, settings: ProviderSettings) -> ProviderError:
+    """The provider's error as the money rule reads it (`policy.as_decided`), caused by the provider's own when it
+    differs, so `policy.unpaid` still sees that the call may have been charged."""
+    decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
+    if decided is not exc:
+        decided.__cause__ = exc   # as `raise decided from exc`
+    return decided
+
+
 class ProviderExecutor:
     def __init__(self, cfg: Settings, providers: dict[str, Provider], store: MediaStore, book: ReceiptBook,
                  conn: Callable[[], psycopg.Connection], actor: str = "worker") -> None:
@@ -95,13 +116,12 @@ class ProviderExecutor:
         """`conn`: the kept connection the bundle is read on (its Runtime's, fork-safe)."""
         return cls(cfg, build_providers(cfg), storage.media_store(cfg), storage.receipt_book(cfg), conn, actor)
 
-    def execute(self, task: Task, call: Call) -> Asset:
-        kind = kinds.get(task.kind)
-        if not kind.paid:
-            return self._make(task, kind)
-        request = request_for(task, kind, (min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
-                                           - datetime.now(timezone.utc)).total_seconds())
-        return self._call(task, self.providers[task.kind], self.cfg.providers[task.kind], request, call)
+    def execute(self, task: Task, plan: CallPlan, call: Call | None) -> Called:
+        if not plan.paid:
+            return Called(self._make(task, plan.kind))
+        request = request_for(task, plan.kind, (min(task.deadline_at, task.attempt_ends_at or task.deadline_at)
+                                                - datetime.now(timezone.utc)).total_seconds())
+        return self._call(task, self.providers[task.kind], plan, request, call)
 
     def _make(self, task: Task, kind: kinds.Kind) -> Asset:
         """Local work (the kind's `work`, called with a `Work` and the file to write; it answers the asset's media
@@ -128,8 +148,9 @@ class ProviderExecutor:
         """The name the ledger uses for the provider of a task kind."""
         return self.providers[kind].name if kind in self.providers else kind
 
-    def _call(self, task: Task, provider: Provider, settings: ProviderSettings, request: GenerateRequest,
-              call: Call) -> Asset:
+    def _call(self, task: Task, provider: Provider, plan: CallPlan, request: GenerateRequest, call: Call) -> Called:
+        """The paid call bracketed by its receipts; raises only before the provider is called (nothing owed)."""
+        settings = plan.settings
         try:
             with tracing.span("receipt intent", attributes={"task.id": task.id}):
                 self.book.write_intent(Intent(task.id, task.attempts, str(task.lease_token), provider.name,
@@ -141,7 +162,7 @@ class ProviderExecutor:
         if storage.REFUSALS.count:   # the store takes writes again
             storage.REFUSALS.count = 0
         started = time.monotonic()
-        estimate = prices.estimate(settings, task.kind, task.input)
+        estimate = plan.estimate(task.input)
         record = dict(provider=provider.name, model=provider.model, idempotency_key=request.idempotency_key,
                       estimated_cost=estimate, list_cost=estimate)
         try:
@@ -152,22 +173,22 @@ class ProviderExecutor:
         except ProviderError as exc:
             elapsed = int((time.monotonic() - started) * 1000)
             charged = policy.may_have_charged(exc, replay=call.replay)
-            call.ledger = dict(record, outcome=exc.ledger_outcome, http_status=exc.http_status,
-                               latency_ms=elapsed, cost=estimate if charged else 0.0)
-            decided = policy.as_decided(exc, honours_idempotency_key=settings.honours_idempotency_key)
-            if decided is exc:
-                raise
-            raise decided from exc
+            return Called(ledger=dict(record, outcome=exc.ledger_outcome, http_status=exc.http_status,
+                                      latency_ms=elapsed, cost=estimate if charged else 0.0),
+                          error=_decided(exc, settings))
         elapsed = int((time.monotonic() - started) * 1000)
         # The ledger row is written with the outcome (attempt_succeed, or slots.settle), whether or not the result
         # can be stored; the receipts are the durable record of the call.
         # A key-honouring provider answers a retried key with the first result: one charge, booked once.
         figure = None if call.replay else prices.reported(settings, task.kind, task.input, result.metadata)
-        call.ledger = dict(record, outcome="replayed" if call.replay else "succeeded", http_status=200,
-                                 latency_ms=elapsed, reported_cost=figure, usage=result.metadata.get("usage"),
-                                 cost=0.0 if call.replay else (estimate if figure is None else figure))
-        with tracing.span("receipt result", attributes={"task.id": task.id}):
-            return self._keep(task, settings, result, elapsed)
+        ledger = dict(record, outcome="replayed" if call.replay else "succeeded", http_status=200,
+                      latency_ms=elapsed, reported_cost=figure, usage=result.metadata.get("usage"),
+                      cost=0.0 if call.replay else (estimate if figure is None else figure))
+        try:
+            with tracing.span("receipt result", attributes={"task.id": task.id}):
+                return Called(self._keep(task, settings, result, elapsed), ledger)
+        except BaseException as exc:   # noqa: BLE001 - the call was made: whatever ends the attempt, it owes its row
+            return Called(ledger=ledger, error=exc)
 
     def _keep(self, task: Task, settings: ProviderSettings, result: Result, call_ms: int) -> Asset:
         """Store a paid call's result and its result receipt.

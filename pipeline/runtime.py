@@ -1,4 +1,5 @@
-"""What a worker process keeps between jobs: settings, the executor, and kept connections.
+"""What a worker process keeps between jobs: settings, the executor, what each kind's call needs, and kept
+connections.
 
 RQ imports `pipeline.message.run_task` by dotted path; the job asks `current()` for
 the process's runtime, built once from the environment (or installed by tests).
@@ -24,9 +25,9 @@ from typing import Callable, Protocol
 import psycopg
 import redis
 
-from pipeline import servers, storage
+from pipeline import servers, slots, storage
+from pipeline.core import kinds
 from pipeline.executor import Executor
-from pipeline.slots import SlotTable
 from pipeline.log import log
 from pipeline.settings import Settings, load
 
@@ -109,8 +110,17 @@ class Runtime:
     _pid: int = field(default_factory=os.getpid, repr=False)
     _receipt_store: str | None = field(default=None, repr=False)
     _heartbeats: Heartbeats | None = field(default=None, repr=False)
-    slot_table: SlotTable = field(default_factory=SlotTable, repr=False)   # which slot rows this process saw
     stopping: Callable[[], bool] = field(default=lambda: False, repr=False)   # the worker was asked to stop
+    calls: slots.CallPlans | None = field(default=None, repr=False)   # what each kind's call needs: `resolve_calls`
+
+    def __post_init__(self) -> None:
+        if self.executor is not None and self.calls is None:
+            self.resolve_calls()
+
+    def resolve_calls(self) -> None:
+        """What each kind's call needs (`slots.CallPlan`), resolved once per process from the settings and the
+        executor's name for each kind's provider; the claim, the slots and the settlement are given it."""
+        self.calls = slots.plans(self.settings, {k.name: self.executor.provider_name(k.name) for k in kinds.every()})
 
     def _own(self) -> None:
         """After a fork: forget the parent's connections (kept referenced, never used or closed here) and
@@ -180,6 +190,7 @@ def with_providers(settings: Settings, worker_id: str | None = None) -> Runtime:
     from pipeline.executor import ProviderExecutor
     rt = Runtime(settings, None, **({"worker_id": worker_id} if worker_id else {}))
     rt.executor = ProviderExecutor.from_settings(settings, rt.conn, actor=rt.worker_id)
+    rt.resolve_calls()
     return rt
 
 

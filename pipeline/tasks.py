@@ -262,24 +262,25 @@ class Success:
 
 
 def succeed_in(conn: psycopg.Connection, task: Task, asset: Asset, *, actor: str, call: slots.Call | None = None,
-               reason: str = "succeeded", details: dict | None = None, reused_from: str | None = None) -> Success:
-    """Record the asset and complete the task, with what its `call` owes (its ledger row, its slot, its booking), in
-    the caller's transaction (`attempt_succeed`, one statement, and the booking's settlement).
+               ledger: dict | None = None, reason: str = "succeeded", details: dict | None = None,
+               reused_from: str | None = None) -> Success:
+    """Record the asset and complete the task, with what its `call` owes (its `ledger` row, its slot, its booking),
+    in the caller's transaction (`attempt_succeed`, one statement, and the booking's settlement).
 
     The asset is indexed, the input released, the ledger row written and the slot freed even when the lease was
     lost meanwhile (a superseded task whose call was in flight): it was paid for, so newer work reuses it; the
     caller raises `Success.lost` after the commit. A cancel requested meanwhile cancels the task. `reused_from`: the
     provider whose earlier call made the asset; the `reused` event and ledger row are written with the completion.
     """
-    ledger = None if call is None or call.ledger is None else Jsonb(dict(call.ledger, attempt=task.attempts))
     row = db.one(conn, "tasks_succeed", {
         "task_id": task.id, "lease_token": task.lease_token, "actor": actor, "sha256": asset.sha256,
         "media_type": asset.media_type, "size": asset.size, "width": asset.width, "height": asset.height,
         "duration_ms": asset.duration_ms, "reason": reason, "details": Jsonb(details) if details else None,
-        "ledger": ledger, "slots": call.provider if call else None, "slot": call.slot if call else None,
+        "ledger": None if ledger is None else Jsonb(dict(ledger, attempt=task.attempts)),
+        "slots": call.slots if call else None, "slot": call.slot if call else None,
         "bulk_slots": call.bulk_slots if call else None})
-    if call is not None:
-        slots.settle_booking(conn, call)
+    if call is not None and call.booking is not None:
+        slots.settle_booking(conn, call.booking, ledger)
     if row["status"] == "lost":
         lost = LeaseLost(f"task {task.id}: lease {task.lease_token} is no longer current (status {row['current']}); "
                          "only its paid result was kept")

@@ -18,6 +18,7 @@ import redis
 from rq import Queue
 
 from pipeline import attempt, runtime, settings
+from pipeline.executor import Called
 from pipeline.core.content import parse_draft
 from pipeline.core.errors import PipelineError
 from pipeline.core.principal import Principal
@@ -117,7 +118,7 @@ class ControlledExecutor:
     def provider_name(self, kind: str) -> str:
         return kind
 
-    def execute(self, task: Task, call) -> Asset:
+    def execute(self, task: Task, plan, call) -> Called:   # noqa: ARG002 - the script, not the plan, says what happens
         with self._lock:
             self.calls.append(task.id)
             actions = self.script.get(task.id, [])
@@ -130,7 +131,7 @@ class ControlledExecutor:
             action(task, call)
         data = f"{task.kind}:{task.fingerprint}".encode()
         sha = self.store.put(data)
-        return Asset(sha, "application/octet-stream", len(data))
+        return Called(Asset(sha, "application/octet-stream", len(data)))
 
 
 class _StoreUnread(runtime.Runtime):

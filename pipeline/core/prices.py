@@ -13,7 +13,7 @@ of 0 (pipeline/settings.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from pipeline.core import kinds
@@ -88,6 +88,18 @@ def estimate(p: Priced, kind: str, data: dict, *, batch: bool = False) -> float:
         return round(p.cost_per_call * (BATCH_DISCOUNT if batch else 1.0), 6)
     cost = kinds.get(kind).estimate(p, data, batch)
     return p.cost_per_call if cost is None else cost
+
+
+def estimator(p: Priced, kind: kinds.Kind) -> Callable[..., float]:
+    """`estimate` for one provider and kind, resolved once (a worker's `slots.CallPlan`): (data, batch=False) ->
+    dollars, as `estimate` answers."""
+    if p.priced_by != "table":
+        return lambda data, batch=False: round(p.cost_per_call * (BATCH_DISCOUNT if batch else 1.0), 6)
+
+    def by_table(data: dict, batch: bool = False) -> float:
+        cost = kind.estimate(p, data, batch)
+        return p.cost_per_call if cost is None else cost
+    return by_table
 
 
 def reported(p: Priced, kind: str, data: dict, metadata: dict, *, batch: bool = False) -> float | None:

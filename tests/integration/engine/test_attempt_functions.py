@@ -107,10 +107,10 @@ def test_the_success_function_moves_the_task_as_the_core_says_and_keeps_the_paid
     decided = success_exit(TaskStatus(now["status"]), now["lease_token"] == attempt.task.lease_token, cancel)
     # when the worker writes its success
     asset = Asset(f"{row['id']:064x}", "image/png", 10)
-    attempt.call.ledger = {"provider": "local-image", "model": "m", "idempotency_key": "k", "outcome": "succeeded",
-                           "http_status": 200, "latency_ms": 1, "cost": 0.0}
+    ledger = {"provider": "local-image", "model": "m", "idempotency_key": "k", "outcome": "succeeded",
+              "http_status": 200, "latency_ms": 1, "cost": 0.0}
     with conn.transaction():
-        done = tasks.succeed_in(conn, attempt.task, asset, actor="w", call=attempt.call)
+        done = tasks.succeed_in(conn, attempt.task, asset, actor="w", call=attempt.call, ledger=ledger)
     # then the function and the core agree with the case
     exit_ = Exit.LOST if done.status is None else Exit(done.status.value)
     assert (decided, exit_) == (expected, expected)

@@ -35,7 +35,7 @@ def in_a_batch_line(conn, cfg, task_id):
     """The task claimed, holding its input, and its call enlisted as a batch line; the line."""
     held = claim(cfg, task_id, worker="w1")
     assert held.holds_input
-    assert batches.enlist(conn, cfg, storage.receipt_book(cfg), held.task, held.call)
+    assert batches.enlist(conn, cfg, storage.receipt_book(cfg), held.task, held.call.booking)
     return conn.execute("SELECT * FROM batch_lines WHERE task_id = %s", (task_id,)).fetchone()
 
 

@@ -7,43 +7,40 @@ import uuid
 import pytest
 
 from pipeline.core.errors import Busy, SlotsBusy
-from pipeline.slots import SlotTable
+from pipeline import slots
 from pipeline.core.lanes import BULK, INTERACTIVE
 from testkit.helpers import make_settings
 
 pytestmark = pytest.mark.server_major   # tests/unit/test_server_major.py: what depends on the server's major
 
 
-def take(conn, limits, p, lane):
+def take(conn, p, lane):
     with conn.transaction():
-        return limits.hold(conn, "images:image", p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
+        return slots.hold(conn, "images:image", p, kind="image", holder=uuid.uuid4(), lane=lane)
 
 
 def test_the_bulk_lane_holds_at_most_its_share_and_the_interactive_lane_finds_the_rest(conn, database_url,
                                                                                         redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4").providers["image"]
     assert (p.reserved_slots, p.bulk_slots) == (1, 3)
-    limits = SlotTable()
-    assert [take(conn, limits, p, BULK) for _ in range(3)] == [1, 2, 3]
+    assert [take(conn, p, BULK) for _ in range(3)] == [1, 2, 3]
     with pytest.raises(SlotsBusy, match="none of the 3 call slots the bulk lane may use is free to it"):
-        take(conn, limits, p, BULK)
-    assert take(conn, limits, p, INTERACTIVE) == 4        # the held-back slot, free for the editor
+        take(conn, p, BULK)
+    assert take(conn, p, INTERACTIVE) == 4        # the held-back slot, free for the editor
     with pytest.raises(SlotsBusy, match="all 4 call slots are in use"):
-        take(conn, limits, p, INTERACTIVE)
+        take(conn, p, INTERACTIVE)
 
 
 def test_interactive_calls_take_the_held_back_slots_first_and_leave_the_bulk_lanes_to_it(conn, database_url,
                                                                                          redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="4",
                       IMAGE_INTERACTIVE_SLOTS="2").providers["image"]
-    limits = SlotTable()
-    assert [take(conn, limits, p, INTERACTIVE) for _ in range(3)] == [4, 3, 2]
-    assert take(conn, limits, p, BULK) == 1
+    assert [take(conn, p, INTERACTIVE) for _ in range(3)] == [4, 3, 2]
+    assert take(conn, p, BULK) == 1
     with pytest.raises(Busy):
-        take(conn, limits, p, BULK)
+        take(conn, p, BULK)
 
 
 def test_with_no_held_back_slot_the_bulk_lane_may_take_them_all(conn, database_url, redis_url, tmp_path):
     p = make_settings(database_url, redis_url, tmp_path, IMAGE_MAX_CONCURRENCY="2", IMAGE_INTERACTIVE_SLOTS="0").providers["image"]
-    limits = SlotTable()
-    assert [take(conn, limits, p, BULK) for _ in range(2)] == [1, 2]
+    assert [take(conn, p, BULK) for _ in range(2)] == [1, 2]

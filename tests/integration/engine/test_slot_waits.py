@@ -9,7 +9,7 @@ from pipeline import db, pauses, versions
 from pipeline.db import connect
 from pipeline.core.errors import SlotsBusy
 from pipeline.executor import build_providers
-from pipeline.slots import SlotTable
+from pipeline.slots import hold as hold_one
 from pipeline.reconcile import Reconciler
 from pipeline.core.lanes import BULK, INTERACTIVE
 from pipeline.core.principal import Principal
@@ -100,11 +100,11 @@ def test_bulk_waiters_are_woken_only_for_slots_the_bulk_lane_may_hold_and_not_wh
 
 def test_the_bulk_lane_takes_no_slot_while_interactive_work_of_its_kind_waits_for_one(conn, cfg, database_url,
                                                                                       redis_url, tmp_path):
-    p, limits = image_settings(database_url, redis_url, tmp_path), SlotTable()
+    p = image_settings(database_url, redis_url, tmp_path)
 
     def take(lane):
         with conn.transaction():
-            return limits.hold(conn, PROVIDER, p, lambda c: None, kind="image", holder=uuid.uuid4(), lane=lane)[0]
+            return hold_one(conn, PROVIDER, p, kind="image", holder=uuid.uuid4(), lane=lane)
 
     editor = waiting_for_a_slot(conn, cfg, 1, INTERACTIVE)
     with pytest.raises(SlotsBusy, match="bulk lane"):
