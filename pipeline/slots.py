@@ -118,35 +118,27 @@ def take(conn: psycopg.Connection, cfg: Settings, plan: CallPlan, task: Task, cl
                         batch=True)
     replay = p.honours_idempotency_key and spend.key_charged(conn, task.idempotency_key)
     cost = plan.estimate(task.input)
-    db.execute(conn, "provider_slots_ensure", {"provider": plan.slots, "max": p.max_concurrency})   # looks first
-    with conn.transaction() if plan.books else nullcontext():
-        row = _slot_and_rate(conn, plan.slots, p, kind=task.kind, holder=task.lease_token, lane=task.lane)
-        if row["slot"] is not None:
-            booking = None if replay else spend.book(conn, plan.provider, task.content_id, p, cfg.content_budget,
-                                                     cfg.budget_recheck_seconds, cost=cost)
-            return Call(plan.slots, row["slot"], task.lease_token, plan.bulk_slots, booking, replay)
-    _refusal(plan.slots, p, task.lane, row["slot_free"], row["seconds_left"], cfg.slot_wait_seconds)
+    with conn.transaction() if plan.books else nullcontext():   # a refused booking gives the slot back
+        slot = hold(conn, plan.slots, p, kind=task.kind, holder=task.lease_token, lane=task.lane,
+                    wait_seconds=cfg.slot_wait_seconds)
+        booking = None if replay else spend.book(conn, plan.provider, task.content_id, p, cfg.content_budget,
+                                                 cfg.budget_recheck_seconds, cost=cost)
+    return Call(plan.slots, slot, task.lease_token, plan.bulk_slots, booking, replay)
 
 
 def hold(conn: psycopg.Connection, provider: str, p: ProviderSettings, *, kind: str, holder: uuid.UUID,
          lane: str = INTERACTIVE, wait_seconds: float = 60.0) -> int:
     """Hold one call slot of `provider` (the slots' name) for `holder` and count one call in this minute's window,
-    both or neither, in the caller's transaction, booking nothing (`take` books too): the slot held."""
-    db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})
-    row = _slot_and_rate(conn, provider, p, kind=kind, holder=holder, lane=lane)
+    both or neither, in the caller's transaction (`take` books the call's cost beside it): the slot held. The bulk
+    lane may hold only `p.bulk_slots` of the slots, and none while interactive work of its `kind` waits for one.
+    SlotsBusy or Busy (`_refusal`): nothing was held."""
+    db.execute(conn, "provider_slots_ensure", {"provider": provider, "max": p.max_concurrency})   # looks first
+    row = db.one(conn, "provider_slot_and_rate_take", {
+        "provider": provider, "max": p.bulk_slots if lane == BULK else p.max_concurrency, "top_first": lane != BULK,
+        "holder": holder, "kind": kind, "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
     if row["slot"] is None:
         _refusal(provider, p, lane, row["slot_free"], row["seconds_left"], wait_seconds)
     return row["slot"]
-
-
-def _slot_and_rate(conn: psycopg.Connection, provider: str, p: ProviderSettings, *, kind: str, holder: uuid.UUID,
-                   lane: str) -> dict:
-    """One call slot and one call in this minute's window, both or neither (`provider_slot_and_rate_take`). The
-    bulk lane may hold only `p.bulk_slots` of the slots, and none while interactive work of its `kind` waits for
-    one."""
-    return db.one(conn, "provider_slot_and_rate_take", {
-        "provider": provider, "max": p.bulk_slots if lane == BULK else p.max_concurrency, "top_first": lane != BULK,
-        "holder": holder, "kind": kind, "limit": p.rate_per_minute, "hold_seconds": p.call_timeout + 30})
 
 
 def _refusal(provider: str, p: ProviderSettings, lane: str, slot_free: bool, seconds_left,
