@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import BENCH, fmt, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import BENCH, run_main, servers  # noqa: E402
+from bench.report import fmt, print_machine, say, table  # noqa: E402
 from pipeline import versions  # noqa: E402
 from pipeline.core.content import parse_draft  # noqa: E402
 from pipeline.core.records import idempotency_key  # noqa: E402

@@ -30,8 +30,9 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (BENCH, Stack, draft, median, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
-                          table, tasks_per_lesson, wait_all_done, wait_workers_idle, worker_argv)
+from bench.common import (BENCH, Stack, draft, quiet_logs, run_main, servers, tasks_per_lesson,  # noqa: E402
+                    wait_all_done, wait_workers_idle, worker_argv)
+from bench.report import median, print_machine, say, table  # noqa: E402
 from bench.measure import CORES, CpuSnapshot, print_limits, redis_calls, settle_pg_stats  # noqa: E402
 
 

@@ -29,8 +29,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (BENCH, Stack, draft, percentile, print_machine, quiet_logs, run_main, say,  # noqa: E402
-                          servers, table, wait_workers_idle, worker_argv)
+from bench.common import (BENCH, Stack, draft, quiet_logs, run_main, servers, wait_workers_idle,  # noqa: E402
+                    worker_argv)
+from bench.report import percentile, print_machine, say, table  # noqa: E402
 
 STALL_SECONDS = 5.0
 

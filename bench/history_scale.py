@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (BENCH, Stack, draft, median, percentile, print_machine, quiet_logs, run_main,  # noqa: E402
-                          say, servers, table)
+from bench.common import BENCH, Stack, draft, quiet_logs, run_main, servers  # noqa: E402
+from bench.report import median, percentile, print_machine, say, table  # noqa: E402
 from bench.measure import statement_rows  # noqa: E402
 
 PER_LESSON = 41

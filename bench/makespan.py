@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import stop_stack, Stack, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import stop_stack, Stack, run_main, servers  # noqa: E402
+from bench.report import print_machine, say, table  # noqa: E402
 from bin.embedded import free_port  # noqa: E402
 from testkit.stack import DevStack, descendants, fake_provider, ideal_seconds, lesson, provider_env  # noqa: E402
 from pipeline.settings import ProviderSettings  # noqa: E402

@@ -17,7 +17,8 @@ from typing import Iterable
 import psycopg
 import redis
 
-from bench.common import Stack, say, table
+from bench.common import Stack
+from bench.report import say, table
 from pipeline import db as pipeline_db
 from pipeline.db import connect
 

@@ -41,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (ROOT, Stack, median, print_machine, run_main, say, servers, table,  # noqa: E402
-                          tasks_per_lesson, wait_all_done)
+from bench.common import ROOT, Stack, run_main, servers, tasks_per_lesson, wait_all_done  # noqa: E402
+from bench.report import median, print_machine, say, table  # noqa: E402
 from bench.engine_overhead import COST_COLUMNS, Run, _finish, cost_medians, run_ours  # noqa: E402
 from bench.measure import CpuSnapshot, redis_calls, settle_pg_stats  # noqa: E402
 

@@ -31,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import Stack, median, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import Stack, run_main, servers  # noqa: E402
+from bench.report import median, print_machine, say, table  # noqa: E402
 from bench.engine_overhead import run_ours  # noqa: E402
 from bench.measure import statement_rows  # noqa: E402
 from pipeline.db import connect  # noqa: E402

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rq import Queue  # noqa: E402
 
-from bench.common import BENCH, ROOT, Stack, draft, median, print_machine, run_main, say, servers, table  # noqa: E402
+from bench.common import BENCH, ROOT, Stack, draft, run_main, servers  # noqa: E402
+from bench.report import median, print_machine, say, table  # noqa: E402
 from pipeline import settings as settings_mod, versions  # noqa: E402
 from testkit.stack import fake_provider, provider_env  # noqa: E402
 

@@ -72,7 +72,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(drain(args.child, args.url, args.jobs)))
         return 0
 
-    from bench.common import median, print_machine, say, servers, table
+    from bench.common import servers
+    from bench.report import median, print_machine, say, table
 
     with servers() as stack:
         print_machine(stack)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (editor_token, lesson, median, print_machine, quiet_logs, run_main, say,  # noqa: E402
-                          servers, table)
+from bench.common import editor_token, lesson, quiet_logs, run_main, servers  # noqa: E402
+from bench.report import median, print_machine, say, table  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -36,8 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (BENCH, Stack, draft, editor_token, free_port, lesson, median, percentile,  # noqa: E402
-                          print_machine, quiet_logs, run_main, say, servers, table)
+from bench.common import (BENCH, Stack, draft, editor_token, free_port, lesson, quiet_logs, run_main,  # noqa: E402
+                    servers)
+from bench.report import median, percentile, print_machine, say, table  # noqa: E402
 
 
 def start_gunicorn(stack: Stack, app: str, name: str, env: dict[str, str]) -> int:

@@ -27,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (BENCH, ROOT, Stack, draft, print_machine, quiet_logs, run_main, say, servers,  # noqa: E402
-                          table, tasks_per_lesson, worker_argv)
+from bench.common import (BENCH, ROOT, Stack, draft, quiet_logs, run_main, servers, tasks_per_lesson,  # noqa: E402
+                    worker_argv)
+from bench.report import print_machine, say, table  # noqa: E402
 from bench.measure import print_limits, redis_calls, settle_pg_stats, statement_rows, tree_cpu  # noqa: E402
 
 def statements(stack: Stack) -> dict[str, tuple[int, float]]:

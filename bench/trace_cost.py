@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (editor_token, lesson, median, percentile, print_machine, quiet_logs,  # noqa: E402
-                          run_main, say, servers, table)
+from bench.common import editor_token, lesson, quiet_logs, run_main, servers  # noqa: E402
+from bench.report import median, percentile, print_machine, say, table  # noqa: E402
 from bench.save_latency import http_round, reset, start_gunicorn  # noqa: E402
 
 

@@ -47,8 +47,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (BENCH, Stack, draft, print_machine, quiet_logs, run_main, say, servers, table,  # noqa: E402
-                          wait_workers_idle, worker_argv)
+from bench.common import (BENCH, Stack, draft, quiet_logs, run_main, servers, wait_workers_idle,  # noqa: E402
+                    worker_argv)
+from bench.report import print_machine, say, table  # noqa: E402
 from testkit.fakeprovider import Behaviour, FakeProviderServer  # noqa: E402
 from testkit.system import rq_worker_argv  # noqa: E402
 

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (BENCH, BENCH_REVIEWER, Stack, draft, percentile, print_machine, quiet_logs,  # noqa: E402
-                          run_main, say, servers, table)
+from bench.common import BENCH, BENCH_REVIEWER, Stack, draft, quiet_logs, run_main, servers  # noqa: E402
+from bench.report import percentile, print_machine, say, table  # noqa: E402
 
 BENCH_ASSET = "0" * 64
 URL_ENV = {"WEBHOOK_ALLOW_NETWORKS": "127.0.0.0/8", "MAX_PENDING_TASKS": "100000000"}
